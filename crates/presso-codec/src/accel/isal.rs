@@ -1,0 +1,142 @@
+//! The ISA-L igzip engine as an accelerator backend: SIMD deflate on worker threads of its own,
+//! fed through a bounded queue, reading each record's segments in place.
+
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{bounded, Sender, TrySendError};
+use parking_lot::Mutex;
+
+use super::{AccelError, AccelJob, AccelOutcome, Accelerator, SizeWindow};
+use crate::codec::{CodecId, CodecSpec};
+use crate::format::isal as igzip;
+use crate::stats::thread_cpu_time;
+
+/// Settings of the ISA-L backend.
+#[derive(Clone, Debug)]
+pub struct IsalConfig {
+    /// Worker threads running ISA-L (default: the number of cores).
+    pub workers: usize,
+    /// Jobs waiting at once beyond those running (default: 4 per worker).
+    pub queue_depth: usize,
+    /// Record sizes offloaded.
+    pub window: SizeWindow,
+}
+
+impl Default for IsalConfig {
+    fn default() -> Self {
+        let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+        IsalConfig {
+            workers,
+            queue_depth: workers * 4,
+            window: SizeWindow::DEFAULT,
+        }
+    }
+}
+
+/// ISA-L igzip behind the [`Accelerator`] trait.
+pub struct IsalAccelerator {
+    config: IsalConfig,
+    queue: Mutex<Option<Sender<AccelJob>>>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl IsalAccelerator {
+    /// Starts the workers after a self-test; fails if ISA-L does not work on this CPU.
+    pub fn start(config: IsalConfig) -> Result<IsalAccelerator, AccelError> {
+        igzip::self_test().map_err(|e| AccelError::Unavailable(e.to_string()))?;
+        let accel = IsalAccelerator {
+            config,
+            queue: Mutex::new(None),
+            workers: Mutex::new(Vec::new()),
+        };
+        accel.spawn_workers();
+        Ok(accel)
+    }
+
+    fn spawn_workers(&self) {
+        let (tx, rx) = bounded::<AccelJob>(self.config.queue_depth);
+        let mut workers = self.workers.lock();
+        for index in 0..self.config.workers.max(1) {
+            let rx = rx.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("presso-isal-{index}"))
+                .spawn(move || {
+                    for mut job in rx {
+                        let started = thread_cpu_time();
+                        let level = igzip::level_for_gzip(job.spec.level);
+                        let slices = job.input.slices();
+                        let result = igzip::compress(level, &slices, job.out.space());
+                        drop(slices);
+                        let outcome = match result {
+                            Ok(Some(payload_len)) => Ok(AccelOutcome::Compressed { payload_len }),
+                            Ok(None) => Ok(AccelOutcome::OverBudget),
+                            Err(e) => Err(AccelError::Device(e.to_string())),
+                        };
+                        let cpu = thread_cpu_time().saturating_sub(started);
+                        job.complete(outcome, cpu);
+                    }
+                })
+                .expect("spawn ISA-L worker");
+            workers.push(handle);
+        }
+        *self.queue.lock() = Some(tx);
+    }
+
+    fn stop_workers(&self) {
+        // Closing the queue lets each worker finish its jobs and exit.
+        self.queue.lock().take();
+        for handle in self.workers.lock().drain(..) {
+            if handle.thread().id() != std::thread::current().id() {
+                let _ = handle.join();
+            }
+        }
+    }
+}
+
+impl Accelerator for IsalAccelerator {
+    fn name(&self) -> &str {
+        "isal"
+    }
+
+    fn supports(&self, spec: CodecSpec) -> bool {
+        spec.codec == CodecId::Gzip
+    }
+
+    fn size_window(&self) -> SizeWindow {
+        self.config.window
+    }
+
+    fn queue_depth(&self) -> usize {
+        self.config.queue_depth + self.config.workers
+    }
+
+    fn submit(&self, jobs: Vec<AccelJob>) -> Vec<AccelJob> {
+        let queue = self.queue.lock();
+        let Some(tx) = queue.as_ref() else {
+            return jobs;
+        };
+        let mut rejected = Vec::new();
+        for job in jobs {
+            match tx.try_send(job) {
+                Ok(()) => {}
+                Err(TrySendError::Full(job)) | Err(TrySendError::Disconnected(job)) => {
+                    rejected.push(job)
+                }
+            }
+        }
+        rejected
+    }
+
+    fn reinit(&self) -> Result<(), AccelError> {
+        self.stop_workers();
+        igzip::self_test().map_err(|e| AccelError::Unavailable(e.to_string()))?;
+        self.spawn_workers();
+        Ok(())
+    }
+}
+
+impl Drop for IsalAccelerator {
+    fn drop(&mut self) {
+        self.stop_workers();
+    }
+}

@@ -1,0 +1,33 @@
+//! presso-codec: Presso's compression service engine.
+//!
+//! It decides, per record, how and whether to compress and where the work runs, and produces
+//! self-describing [frames](frame) that decode with no configuration. It knows nothing of files,
+//! disks or metadata, and must not depend on any other Presso crate.
+//!
+//! - [`codec`]: the one codec table (stable on-disk ids) and the spec parser (`gzip-6`, `zstd`).
+//! - [`frame`]: the record frame, byte by byte, and its verified decoder.
+//! - [`format`]: software implementations of each codec format.
+//! - [`policy`]: zero check, compressibility pre-check, output budget ("not worth it" lives here).
+//! - [`accel`]: the accelerator trait, the ISA-L backend and a fault-injecting wrapper.
+//! - [`engine`]: routing, the CPU worker pool, asynchronous submission, fallbacks and health.
+//! - [`stats`]: counters of every verdict and backend.
+//!
+//! To add a codec: one table row in `codec.rs` and one file in `format/`. To add an accelerator:
+//! see [`accel`].
+
+pub mod accel;
+pub mod codec;
+pub mod engine;
+pub mod format;
+pub mod frame;
+pub mod policy;
+pub mod record;
+pub mod stats;
+
+pub use codec::{CodecId, CodecSpec, SpecError, CODECS};
+pub use engine::{Batch, Encoded, Engine, EngineConfig, EngineError, Offload};
+pub use format::DeflateEngine;
+pub use frame::{decode_frame, decode_frame_with, DecodeOptions, FrameError, FrameHeader};
+pub use policy::Threshold;
+pub use record::Record;
+pub use stats::{BackendKind, StatsSnapshot, Verdict};

@@ -1,0 +1,334 @@
+//! Routing, busy and failure fallbacks, marking the accelerator unavailable and re-probing it,
+//! driven by the fault-injecting wrapper around the real ISA-L backend. Every test proves that no
+//! record is lost and that the counters tell the truth.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{isal_everything, random, text};
+use presso_codec::accel::faulty::FaultyAccelerator;
+use presso_codec::accel::Accelerator;
+use presso_codec::{
+    BackendKind, CodecSpec, Encoded, Engine, EngineConfig, Offload, Record, Verdict,
+};
+
+fn gzip() -> CodecSpec {
+    "gzip-6".parse().unwrap()
+}
+
+fn records(count: usize) -> Vec<Vec<u8>> {
+    (0..count).map(|i| text(16 << 10, i as u64)).collect()
+}
+
+fn engine_with(accel: Arc<dyn Accelerator>, tweak: impl FnOnce(&mut EngineConfig)) -> Engine {
+    let mut config = EngineConfig {
+        workers: 2,
+        offload: Offload::On,
+        ..EngineConfig::default()
+    };
+    tweak(&mut config);
+    Engine::with_accelerator(config, Some(accel))
+}
+
+fn run_all(engine: &Engine, data: &[Vec<u8>]) -> Vec<Encoded> {
+    let mut batch = engine.batch();
+    for d in data {
+        batch.submit(Record::from(d.clone()), gzip());
+    }
+    let out = batch.wait();
+    for (encoded, original) in out.iter().zip(data) {
+        assert_eq!(
+            &engine.decode(&encoded.frame).unwrap(),
+            original,
+            "a record was lost or damaged"
+        );
+        assert_eq!(encoded.verdict, Verdict::Compressed);
+    }
+    out
+}
+
+#[test]
+fn healthy_accelerator_takes_records_in_its_window_only() {
+    let engine = Engine::new(EngineConfig {
+        workers: 2,
+        offload: Offload::On,
+        ..EngineConfig::default()
+    })
+    .expect("ISA-L starts");
+    assert_eq!(engine.accelerator(), Some("isal"));
+    let small = text(2 << 10, 1); // below the 4 KiB window
+    let inside = text(128 << 10, 2);
+    let large = text(2 << 20, 3); // above the 1 MiB window
+    let lz4_inside = text(128 << 10, 4);
+    let a = engine.compress(Record::from(small), gzip());
+    let b = engine.compress(Record::from(inside), gzip());
+    let c = engine.compress(Record::from(large), gzip());
+    let d = engine.compress(Record::from(lz4_inside), "lz4".parse().unwrap());
+    assert_eq!(a.backend, BackendKind::Software);
+    assert_eq!(b.backend, BackendKind::Accelerator);
+    assert_eq!(c.backend, BackendKind::Software);
+    assert_eq!(d.backend, BackendKind::Software, "ISA-L runs deflate only");
+    let stats = engine.stats();
+    assert_eq!(stats.backend(BackendKind::Accelerator).records, 1);
+    assert_eq!(stats.backend(BackendKind::Software).records, 3);
+    assert_eq!(
+        stats.fallbacks.busy + stats.fallbacks.failure + stats.fallbacks.unavailable,
+        0
+    );
+}
+
+#[test]
+fn every_nth_failure_is_redone_in_software() {
+    let (faulty, plan) = FaultyAccelerator::wrap(isal_everything(2, 8));
+    plan.fail_every(3);
+    let engine = engine_with(Arc::new(faulty), |c| c.failure_limit = 1000);
+    let data = records(300);
+    run_all(&engine, &data);
+    let stats = engine.stats();
+    let accel = stats.backend(BackendKind::Accelerator).records;
+    let cpu = stats.backend(BackendKind::Software).records;
+    assert_eq!(accel + cpu, 300, "each record finished exactly once");
+    assert_eq!(stats.fallbacks.failure, stats.accelerator.failures);
+    assert_eq!(stats.fallbacks.failure, cpu - stats.fallbacks.busy);
+    // Every third job the device ran failed.
+    let ran = accel + stats.accelerator.failures;
+    assert_eq!(stats.accelerator.failures, ran / 3);
+    assert!(stats.accelerator.failures > 0);
+    assert_eq!(stats.accelerator.marked_unavailable, 0);
+}
+
+#[test]
+fn random_failures_lose_nothing() {
+    let (faulty, plan) = FaultyAccelerator::wrap(isal_everything(2, 8));
+    plan.fail_with_probability(0.3, 42);
+    let engine = engine_with(Arc::new(faulty), |c| c.failure_limit = u32::MAX);
+    let data = records(300);
+    run_all(&engine, &data);
+    let stats = engine.stats();
+    assert!(stats.accelerator.failures > 30, "{:?}", stats.accelerator);
+    assert_eq!(stats.fallbacks.failure, stats.accelerator.failures);
+    assert_eq!(
+        stats.backend(BackendKind::Accelerator).records
+            + stats.backend(BackendKind::Software).records,
+        300
+    );
+}
+
+#[test]
+fn broken_device_is_marked_unavailable_and_left_alone() {
+    let (faulty, plan) = FaultyAccelerator::wrap(isal_everything(1, 2));
+    plan.set_broken(true);
+    let engine = engine_with(Arc::new(faulty), |c| {
+        c.failure_limit = 3;
+        c.reprobe_backoff = Duration::from_secs(3600);
+        c.workers = 1;
+    });
+    let data = records(40);
+    // One at a time, so exactly `failure_limit` jobs reach the device before it is marked.
+    for d in &data {
+        let encoded = engine.compress(Record::from(d.clone()), gzip());
+        assert_eq!(&engine.decode(&encoded.frame).unwrap(), d);
+        assert_eq!(encoded.backend, BackendKind::Software);
+    }
+    let stats = engine.stats();
+    assert!(!engine.accelerator_available());
+    assert_eq!(stats.accelerator.marked_unavailable, 1);
+    assert_eq!(stats.accelerator.failures, 3);
+    assert_eq!(stats.fallbacks.failure, 3);
+    assert_eq!(stats.fallbacks.unavailable, 37);
+    assert_eq!(stats.accelerator.reprobes, 0, "the backoff has not passed");
+}
+
+#[test]
+fn repaired_device_is_reprobed_and_used_again() {
+    let (faulty, plan) = FaultyAccelerator::wrap(isal_everything(1, 2));
+    plan.set_broken(true);
+    let engine = engine_with(Arc::new(faulty), |c| {
+        c.failure_limit = 2;
+        c.reprobe_backoff = Duration::ZERO;
+        c.workers = 1;
+    });
+    let data = records(20);
+    for d in &data[..10] {
+        engine.compress(Record::from(d.clone()), gzip());
+    }
+    let broken = engine.stats();
+    assert_eq!(broken.accelerator.marked_unavailable, 1);
+    assert!(
+        broken.accelerator.reprobe_failures >= 1,
+        "re-probes fail while broken"
+    );
+    assert_eq!(broken.backend(BackendKind::Accelerator).records, 0);
+
+    plan.set_broken(false);
+    for d in &data[10..] {
+        let encoded = engine.compress(Record::from(d.clone()), gzip());
+        assert_eq!(&engine.decode(&encoded.frame).unwrap(), d);
+        assert_eq!(encoded.backend, BackendKind::Accelerator);
+    }
+    let healed = engine.stats();
+    assert!(engine.accelerator_available());
+    assert_eq!(
+        healed.accelerator.reprobes,
+        healed.accelerator.reprobe_failures + 1
+    );
+    assert_eq!(healed.backend(BackendKind::Accelerator).records, 10);
+}
+
+#[test]
+fn stalled_device_overflows_to_the_cpu_as_busy() {
+    let inner = isal_everything(1, 3);
+    let depth = inner.queue_depth();
+    let (faulty, plan) = FaultyAccelerator::wrap(inner);
+    let faulty = Arc::new(faulty);
+    plan.set_stalled(true);
+    let engine = engine_with(faulty.clone(), |c| c.workers = 1);
+    let total = depth + 25;
+    let data = records(total);
+    let (tx, rx) = crossbeam_channel::unbounded();
+    for (i, d) in data.iter().enumerate() {
+        let tx = tx.clone();
+        engine.submit(Record::from(d.clone()), gzip(), move |e| {
+            tx.send((i, e)).unwrap()
+        });
+    }
+    // The device holds `depth` jobs; everything else must come back from the CPU meanwhile.
+    let mut done = Vec::new();
+    for _ in 0..total - depth {
+        done.push(rx.recv().unwrap());
+    }
+    assert_eq!(faulty.held(), depth);
+    assert!(done.iter().all(|(_, e)| e.backend == BackendKind::Software));
+    assert_eq!(engine.stats().fallbacks.busy as usize, total - depth);
+
+    faulty.release();
+    for _ in 0..depth {
+        done.push(rx.recv().unwrap());
+    }
+    engine.wait_idle();
+    done.sort_by_key(|(i, _)| *i);
+    for ((i, encoded), original) in done.iter().zip(&data) {
+        assert_eq!(
+            &engine.decode(&encoded.frame).unwrap(),
+            original,
+            "record {i}"
+        );
+    }
+    let stats = engine.stats();
+    // A released job the device's own queue cannot take yet comes back as a failure and is redone.
+    assert_eq!(
+        (stats.backend(BackendKind::Accelerator).records + stats.fallbacks.failure) as usize,
+        depth
+    );
+}
+
+#[test]
+fn offload_on_without_accelerator_is_a_clear_error() {
+    // Offload::Off ignores any accelerator given.
+    let engine = Engine::with_accelerator(
+        EngineConfig {
+            offload: Offload::Off,
+            ..EngineConfig::default()
+        },
+        Some(isal_everything(1, 1)),
+    );
+    assert_eq!(engine.accelerator(), None);
+    let e = engine.compress(Record::from(text(64 << 10, 1)), gzip());
+    assert_eq!(e.backend, BackendKind::Software);
+    assert!("sometimes"
+        .parse::<Offload>()
+        .unwrap_err()
+        .contains("auto, on, off"));
+}
+
+#[test]
+fn threshold_decides_between_compressed_and_raw() {
+    // About 15% saving: 80% random bytes followed by 20% text.
+    let mut data = random(100_000, 7);
+    data.extend_from_slice(&text(25_000, 7));
+    let run = |threshold: &str| {
+        let engine = Engine::with_accelerator(
+            EngineConfig {
+                workers: 1,
+                precheck: false,
+                offload: Offload::Off,
+                threshold: threshold.parse().unwrap(),
+                ..EngineConfig::default()
+            },
+            None,
+        );
+        let e = engine.compress(Record::from(data.clone()), gzip());
+        assert_eq!(engine.decode(&e.frame).unwrap(), data);
+        (e.verdict, engine.stats())
+    };
+    let (lenient, stats) = run("5%");
+    assert_eq!(lenient, Verdict::Compressed);
+    assert_eq!(stats.codecs[0].compressed, 1);
+    let (strict, stats) = run("30%");
+    assert_eq!(strict, Verdict::StoredRaw);
+    assert_eq!(stats.codecs[0].stored_raw, 1);
+}
+
+#[test]
+fn verdicts_are_counted_per_codec() {
+    let engine = Engine::with_accelerator(
+        EngineConfig {
+            workers: 2,
+            offload: Offload::Off,
+            ..EngineConfig::default()
+        },
+        None,
+    );
+    let mut batch = engine.batch();
+    batch.submit(Record::from(vec![0u8; 8192]), gzip());
+    batch.submit(Record::from(random(8192, 1)), gzip());
+    batch.submit(Record::from(text(8192, 1)), gzip());
+    batch.submit(Record::from(text(8192, 2)), "off".parse().unwrap());
+    let verdicts: Vec<Verdict> = batch.wait().iter().map(|e| e.verdict).collect();
+    assert_eq!(
+        verdicts,
+        [
+            Verdict::Hole,
+            Verdict::Skipped,
+            Verdict::Compressed,
+            Verdict::Uncompressed
+        ]
+    );
+    let stats = engine.stats();
+    let gzip_stats = stats.codec(presso_codec::CodecId::Gzip).unwrap();
+    assert_eq!(
+        (
+            gzip_stats.records,
+            gzip_stats.holes,
+            gzip_stats.precheck_skips,
+            gzip_stats.compressed
+        ),
+        (3, 1, 1, 1)
+    );
+    assert_eq!(
+        stats
+            .codec(presso_codec::CodecId::Off)
+            .unwrap()
+            .uncompressed,
+        1
+    );
+    let json = serde_json::to_string(&stats).unwrap();
+    assert!(json.contains("\"precheck_skips\":1"), "{json}");
+}
+
+#[test]
+fn tiny_queue_applies_backpressure_without_losing_records() {
+    let engine = Engine::with_accelerator(
+        EngineConfig {
+            workers: 2,
+            queue_depth: 1,
+            ..EngineConfig::default()
+        },
+        Some(isal_everything(1, 1)),
+    );
+    let data = records(100);
+    let out = run_all(&engine, &data);
+    assert_eq!(out.len(), 100);
+}
