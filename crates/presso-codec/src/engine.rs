@@ -12,7 +12,7 @@
 //! blocks the submitter only when the workers are behind (backpressure). Completions run a
 //! caller-supplied closure on a worker thread; [`Batch`] collects them in submission order.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -20,10 +20,12 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
-use crate::accel::{AccelError, AccelJob, AccelOutcome, AccelResult, Accelerator, OutBuf};
+use crate::accel::{
+    AccelError, AccelJob, AccelOutcome, AccelResult, Accelerator, OutBuf, SizeWindow,
+};
 use crate::codec::{CodecId, CodecSpec};
 use crate::format::{self, DeflateEngine};
-use crate::frame::{self, DecodeOptions, FrameError, FrameHeader, HEADER_LEN};
+use crate::frame::{self, DecodeOptions, FrameError, HEADER_LEN};
 use crate::policy::{self, Probe, Threshold};
 use crate::record::Record;
 use crate::stats::{
@@ -57,6 +59,19 @@ impl std::str::FromStr for Offload {
     }
 }
 
+/// What to do with a record the accelerator refuses because its queue is full.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BusyPolicy {
+    /// `Wait` for backends that compute on the host's cores (ISA-L), `Software` for devices.
+    #[default]
+    Auto,
+    /// Run it on the CPU now (QZFS's rule for QAT: the CPU is idle while the device works).
+    Software,
+    /// Wait until the accelerator finishes a job, then submit again. Right when the "accelerator"
+    /// is faster code on the same cores: software overflow would only slow it down.
+    Wait,
+}
+
 /// Engine settings. `Default` gives the production defaults.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -82,6 +97,8 @@ pub struct EngineConfig {
     pub max_reprobe_backoff: Duration,
     /// Most records handed to the accelerator in one submission.
     pub max_batch: usize,
+    /// What a busy accelerator means.
+    pub busy: BusyPolicy,
 }
 
 impl Default for EngineConfig {
@@ -99,6 +116,7 @@ impl Default for EngineConfig {
             reprobe_backoff: Duration::from_secs(1),
             max_reprobe_backoff: Duration::from_secs(60),
             max_batch: 16,
+            busy: BusyPolicy::Auto,
         }
     }
 }
@@ -199,6 +217,11 @@ struct Shared {
     software: Sender<(Job, Option<Fallback>)>,
     pending: Mutex<usize>,
     idle: Condvar,
+    // Bumped on every accelerator completion; workers waiting for room under BusyPolicy::Wait
+    // sleep until it changes.
+    accel_done: Mutex<u64>,
+    accel_room: Condvar,
+    next_job_id: AtomicU64,
 }
 
 /// The compression service engine. Cheap to share behind an `Arc`; dropping it waits for every
@@ -216,13 +239,15 @@ impl Engine {
     pub fn new(config: EngineConfig) -> Result<Engine, EngineError> {
         let accel = match config.offload {
             Offload::Off => None,
-            Offload::Auto | Offload::On => match default_accelerator(config.workers) {
-                Ok(accel) => Some(accel),
-                Err(why) if config.offload == Offload::On => {
-                    return Err(EngineError::NoAccelerator(why))
+            Offload::Auto | Offload::On => {
+                match default_accelerator(config.workers, SizeWindow::DEFAULT) {
+                    Ok(accel) => Some(accel),
+                    Err(why) if config.offload == Offload::On => {
+                        return Err(EngineError::NoAccelerator(why))
+                    }
+                    Err(_) => None,
                 }
-                Err(_) => None,
-            },
+            }
         };
         Ok(Engine::with_accelerator(config, accel))
     }
@@ -250,6 +275,9 @@ impl Engine {
             software: software_tx,
             pending: Mutex::new(0),
             idle: Condvar::new(),
+            accel_done: Mutex::new(0),
+            accel_room: Condvar::new(),
+            next_job_id: AtomicU64::new(0),
         });
         let workers = (0..shared.config.workers.max(1))
             .map(|index| {
@@ -367,15 +395,18 @@ impl Drop for Engine {
     }
 }
 
-/// The default accelerator of this build, or why there is none.
-pub fn default_accelerator(workers: usize) -> Result<Arc<dyn Accelerator>, String> {
+/// The default accelerator of this build with `workers` threads and the given size window, or why
+/// there is none.
+pub fn default_accelerator(
+    workers: usize,
+    window: SizeWindow,
+) -> Result<Arc<dyn Accelerator>, String> {
     #[cfg(feature = "isal")]
     {
-        let defaults = crate::accel::isal::IsalConfig::default();
         let config = crate::accel::isal::IsalConfig {
             workers: workers.max(1),
             queue_depth: workers.max(1) * 4,
-            ..defaults
+            window,
         };
         crate::accel::isal::IsalAccelerator::start(config)
             .map(|a| Arc::new(a) as Arc<dyn Accelerator>)
@@ -383,7 +414,7 @@ pub fn default_accelerator(workers: usize) -> Result<Arc<dyn Accelerator>, Strin
     }
     #[cfg(not(feature = "isal"))]
     {
-        let _ = workers;
+        let _ = (workers, window);
         Err("this build has no accelerator backend (ISA-L feature off)".into())
     }
 }
@@ -493,10 +524,7 @@ impl Worker {
                     .into_iter()
                     .map(|(job, budget)| self.shared.accel_job(job, budget))
                     .collect();
-                for busy in accel.submit(jobs) {
-                    // Completing a refused job with Busy hands it back to the CPU path.
-                    busy.complete(Err(AccelError::Busy), Duration::ZERO);
-                }
+                self.offload(accel.as_ref(), jobs);
             }
         }
         if let Some((job, why)) = local {
@@ -505,11 +533,43 @@ impl Worker {
     }
 }
 
+impl Worker {
+    fn offload(&self, accel: &dyn Accelerator, mut jobs: Vec<AccelJob>) {
+        let wait = match self.shared.config.busy {
+            BusyPolicy::Auto => accel.shares_host_cpu(),
+            BusyPolicy::Software => false,
+            BusyPolicy::Wait => true,
+        };
+        loop {
+            let seen = *self.shared.accel_done.lock();
+            let refused = accel.submit(jobs);
+            if refused.is_empty() {
+                return;
+            }
+            if !wait || !self.shared.health.available.load(SeqCst) {
+                for busy in refused {
+                    // Completing a refused job with Busy hands it back to the CPU path.
+                    busy.complete(Err(AccelError::Busy), Duration::ZERO);
+                }
+                return;
+            }
+            // Every accepted job completes, so room appears; a completion since `seen` means
+            // there may be room already.
+            let mut done = self.shared.accel_done.lock();
+            while *done == seen {
+                self.shared.accel_room.wait(&mut done);
+            }
+            drop(done);
+            jobs = refused;
+        }
+    }
+}
+
 impl Shared {
     fn policy(self: &Arc<Self>, job: Job, accel: Option<&dyn Accelerator>) -> Route {
         let len = job.record.len();
         if len == 0 || job.spec.codec == CodecId::Off {
-            let frame = raw_frame(&job.record);
+            let frame = frame::raw_frame(&job.record.slices());
             self.deliver(
                 job,
                 frame,
@@ -523,7 +583,7 @@ impl Shared {
         let slices = job.record.slices();
         if policy::is_all_zero(&slices) {
             drop(slices);
-            let frame = hole_frame(len);
+            let frame = frame::hole_frame(len);
             let cpu = thread_cpu_time().saturating_sub(started);
             self.deliver(job, frame, Verdict::Hole, BackendKind::None, cpu);
             return Route::Done;
@@ -531,7 +591,7 @@ impl Shared {
         let budget = self.config.threshold.budget(len);
         if self.config.precheck && policy::probe(job.spec, &slices, budget, len) == Probe::Skip {
             drop(slices);
-            let frame = raw_frame(&job.record);
+            let frame = frame::raw_frame(&job.record.slices());
             let cpu = thread_cpu_time().saturating_sub(started);
             self.deliver(job, frame, Verdict::Skipped, BackendKind::None, cpu);
             return Route::Done;
@@ -563,6 +623,7 @@ impl Shared {
         } = job;
         let shared = self.clone();
         AccelJob {
+            id: self.next_job_id.fetch_add(1, SeqCst),
             spec,
             input: record,
             out: OutBuf::new(HEADER_LEN, budget),
@@ -579,6 +640,10 @@ impl Shared {
         done: Done,
         result: AccelResult,
     ) {
+        if !matches!(result.outcome, Err(AccelError::Busy)) {
+            *self.accel_done.lock() += 1;
+            self.accel_room.notify_all();
+        }
         let AccelResult {
             input,
             out,
@@ -605,7 +670,7 @@ impl Shared {
             }
             Ok(AccelOutcome::OverBudget) => {
                 self.health.success();
-                let frame = raw_frame(&job.record);
+                let frame = frame::raw_frame(&job.record.slices());
                 self.deliver(
                     job,
                     frame,
@@ -639,7 +704,7 @@ impl Shared {
                 Verdict::Compressed,
             ),
             // Over budget, or a codec this build lacks: the record is kept, uncompressed.
-            Ok(None) | Err(_) => (raw_frame(&job.record), Verdict::StoredRaw),
+            Ok(None) | Err(_) => (frame::raw_frame(&job.record.slices()), Verdict::StoredRaw),
         };
         let cpu = thread_cpu_time().saturating_sub(started);
         self.deliver(job, frame, verdict, BackendKind::Software, cpu);
@@ -677,65 +742,8 @@ impl Shared {
     }
 }
 
-fn logical_crc(record: &Record) -> u32 {
-    let mut hasher = crc32fast::Hasher::new();
-    for slice in record.slices() {
-        hasher.update(slice);
-    }
-    hasher.finalize()
-}
-
 fn compressed_frame(out: OutBuf, payload_len: usize, spec: CodecSpec, record: &Record) -> Vec<u8> {
     let mut frame = out.into_vec(payload_len);
-    let header = FrameHeader {
-        codec: spec.codec,
-        level: spec.level,
-        hole: false,
-        logical_len: record.len() as u32,
-        stored_len: payload_len as u32,
-        logical_crc: logical_crc(record),
-        stored_hash: frame::stored_hash(&frame[HEADER_LEN..]),
-    };
-    frame[..HEADER_LEN].copy_from_slice(&header.to_bytes());
+    frame::seal_frame(&mut frame, spec, &record.slices());
     frame
-}
-
-fn raw_frame(record: &Record) -> Vec<u8> {
-    let mut frame = vec![0u8; HEADER_LEN];
-    frame.reserve(record.len());
-    for slice in record.slices() {
-        frame.extend_from_slice(slice);
-    }
-    let header = FrameHeader {
-        codec: CodecId::Off,
-        level: 0,
-        hole: false,
-        logical_len: record.len() as u32,
-        stored_len: record.len() as u32,
-        logical_crc: logical_crc(record),
-        stored_hash: frame::stored_hash(&frame[HEADER_LEN..]),
-    };
-    frame[..HEADER_LEN].copy_from_slice(&header.to_bytes());
-    frame
-}
-
-fn hole_frame(len: usize) -> Vec<u8> {
-    static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
-    let mut hasher = crc32fast::Hasher::new();
-    let mut left = len;
-    while left > 0 {
-        let n = left.min(ZEROS.len());
-        hasher.update(&ZEROS[..n]);
-        left -= n;
-    }
-    let header = FrameHeader {
-        codec: CodecId::Off,
-        level: 0,
-        hole: true,
-        logical_len: len as u32,
-        stored_len: 0,
-        logical_crc: hasher.finalize(),
-        stored_hash: frame::stored_hash(&[]),
-    };
-    header.to_bytes().to_vec()
 }

@@ -20,7 +20,7 @@
 //! Decoding needs nothing but the frame: the codec comes from the header, never from configuration.
 //! docs/design.md mirrors this map.
 
-use crate::codec::CodecId;
+use crate::codec::{CodecId, CodecSpec};
 use crate::format::{self, DeflateEngine};
 
 /// The four bytes every frame starts with.
@@ -277,6 +277,64 @@ pub fn encode_frame(header_fields: FrameHeader, payload: &[u8]) -> Vec<u8> {
     frame
 }
 
+/// CRC-32 (gzip polynomial) of a record given as segments.
+pub fn logical_crc(segments: &[&[u8]]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    for segment in segments {
+        hasher.update(segment);
+    }
+    hasher.finalize()
+}
+
+/// Writes the header in front of a payload already at `frame[HEADER_LEN..]`, produced with `spec`
+/// from the record `segments`.
+pub fn seal_frame(frame: &mut [u8], spec: CodecSpec, segments: &[&[u8]]) {
+    let header = FrameHeader {
+        codec: spec.codec,
+        level: spec.level,
+        hole: false,
+        logical_len: segments.iter().map(|s| s.len()).sum::<usize>() as u32,
+        stored_len: (frame.len() - HEADER_LEN) as u32,
+        logical_crc: logical_crc(segments),
+        stored_hash: stored_hash(&frame[HEADER_LEN..]),
+    };
+    frame[..HEADER_LEN].copy_from_slice(&header.to_bytes());
+}
+
+/// An uncompressed (`off`) frame holding the record's segments.
+pub fn raw_frame(segments: &[&[u8]]) -> Vec<u8> {
+    let len: usize = segments.iter().map(|s| s.len()).sum();
+    let mut frame = Vec::with_capacity(HEADER_LEN + len);
+    frame.resize(HEADER_LEN, 0);
+    for segment in segments {
+        frame.extend_from_slice(segment);
+    }
+    seal_frame(&mut frame, CodecSpec::OFF, segments);
+    frame
+}
+
+/// A hole frame: `len` zero bytes, no payload.
+pub fn hole_frame(len: usize) -> Vec<u8> {
+    static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+    let mut hasher = crc32fast::Hasher::new();
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(ZEROS.len());
+        hasher.update(&ZEROS[..n]);
+        left -= n;
+    }
+    let header = FrameHeader {
+        codec: CodecId::Off,
+        level: 0,
+        hole: true,
+        logical_len: len as u32,
+        stored_len: 0,
+        logical_crc: hasher.finalize(),
+        stored_hash: stored_hash(&[]),
+    };
+    header.to_bytes().to_vec()
+}
+
 /// How to decode: which deflate engine inflates gzip payloads. Any engine reads any writer's output.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DecodeOptions {
@@ -370,22 +428,13 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn raw_frame(data: &[u8]) -> Vec<u8> {
-        let header = FrameHeader {
-            codec: CodecId::Off,
-            level: 0,
-            hole: false,
-            logical_len: data.len() as u32,
-            stored_len: data.len() as u32,
-            logical_crc: crc32fast::hash(data),
-            stored_hash: stored_hash(data),
-        };
-        encode_frame(header, data)
+    fn raw(data: &[u8]) -> Vec<u8> {
+        raw_frame(&[data])
     }
 
     #[test]
     fn header_is_32_bytes_little_endian() {
-        let frame = raw_frame(b"abc");
+        let frame = raw(b"abc");
         assert_eq!(&frame[..4], b"PRSF");
         assert_eq!(frame[4], 1);
         assert_eq!(&frame[8..12], &3u32.to_le_bytes());
@@ -395,18 +444,42 @@ mod tests {
 
     #[test]
     fn rejects_lying_lengths() {
-        let mut frame = raw_frame(b"hello world");
+        let mut frame = raw(b"hello world");
         frame.pop();
         assert!(matches!(
             decode_frame(&frame),
             Err(FrameError::Truncated { .. })
         ));
-        let mut frame = raw_frame(b"hello world");
+        let mut frame = raw(b"hello world");
         frame.push(0);
         assert_eq!(
             decode_frame(&frame),
             Err(FrameError::TrailingBytes { extra: 1 })
         );
+    }
+
+    #[test]
+    #[cfg(not(feature = "zstd"))]
+    fn compiled_out_codecs_decode_to_not_built_in() {
+        let payload = [1u8, 2, 3, 4, 5];
+        let header = FrameHeader {
+            codec: CodecId::Zstd,
+            level: 3,
+            hole: false,
+            logical_len: 10,
+            stored_len: 5,
+            logical_crc: 0,
+            stored_hash: stored_hash(&payload),
+        };
+        let frame = encode_frame(header, &payload);
+        assert_eq!(
+            decode_frame(&frame),
+            Err(FrameError::NotBuiltIn { codec: "zstd" })
+        );
+        assert!(decode_frame(&frame)
+            .unwrap_err()
+            .to_string()
+            .contains("not built into"));
     }
 
     proptest! {
@@ -426,14 +499,19 @@ mod tests {
         }
 
         #[test]
+        fn hole_frames_decode_to_zeros(len in 0usize..300_000) {
+            prop_assert_eq!(decode_frame(&hole_frame(len)).unwrap(), vec![0u8; len]);
+        }
+
+        #[test]
         fn raw_frames_round_trip(data in proptest::collection::vec(any::<u8>(), 0..4096)) {
-            prop_assert_eq!(decode_frame(&raw_frame(&data)).unwrap(), data);
+            prop_assert_eq!(decode_frame(&raw(&data)).unwrap(), data);
         }
 
         #[test]
         fn any_single_bit_flip_is_detected(data in proptest::collection::vec(any::<u8>(), 1..512),
                                            bit in any::<prop::sample::Index>()) {
-            let mut frame = raw_frame(&data);
+            let mut frame = raw(&data);
             let bit = bit.index(frame.len() * 8);
             frame[bit / 8] ^= 1 << (bit % 8);
             prop_assert!(decode_frame(&frame).is_err());

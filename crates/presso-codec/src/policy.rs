@@ -235,6 +235,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "lz4")]
     fn lz4_trial_decides_the_middle_zone() {
         // Bytes drawn from 180 symbols: about 7.5 bits/byte, above what Huffman alone can fit in
         // the 12.5% budget (7 bits/byte) and below the random cut-off.

@@ -11,7 +11,7 @@ use common::{isal_everything, random, text};
 use presso_codec::accel::faulty::FaultyAccelerator;
 use presso_codec::accel::Accelerator;
 use presso_codec::{
-    BackendKind, CodecSpec, Encoded, Engine, EngineConfig, Offload, Record, Verdict,
+    BackendKind, BusyPolicy, CodecSpec, Encoded, Engine, EngineConfig, Offload, Record, Verdict,
 };
 
 fn gzip() -> CodecSpec {
@@ -184,7 +184,10 @@ fn stalled_device_overflows_to_the_cpu_as_busy() {
     let (faulty, plan) = FaultyAccelerator::wrap(inner);
     let faulty = Arc::new(faulty);
     plan.set_stalled(true);
-    let engine = engine_with(faulty.clone(), |c| c.workers = 1);
+    let engine = engine_with(faulty.clone(), |c| {
+        c.workers = 1;
+        c.busy = BusyPolicy::Software;
+    });
     let total = depth + 25;
     let data = records(total);
     let (tx, rx) = crossbeam_channel::unbounded();
@@ -221,6 +224,45 @@ fn stalled_device_overflows_to_the_cpu_as_busy() {
     assert_eq!(
         (stats.backend(BackendKind::Accelerator).records + stats.fallbacks.failure) as usize,
         depth
+    );
+}
+
+#[test]
+fn host_cpu_backend_waits_for_room_instead_of_overflowing() {
+    let inner = isal_everything(1, 3);
+    let (faulty, plan) = FaultyAccelerator::wrap(inner);
+    let faulty = Arc::new(faulty);
+    assert!(
+        faulty.shares_host_cpu(),
+        "ISA-L computes on the host's cores"
+    );
+    plan.set_stalled(true);
+    let engine = engine_with(faulty.clone(), |c| {
+        c.workers = 1;
+        c.queue_depth = 64;
+    });
+    let data = records(40);
+    let (tx, rx) = crossbeam_channel::unbounded();
+    for (i, d) in data.iter().enumerate() {
+        let tx = tx.clone();
+        engine.submit(Record::from(d.clone()), gzip(), move |e| {
+            tx.send((i, e)).unwrap()
+        });
+    }
+    faulty.release();
+    let mut done: Vec<(usize, Encoded)> = (0..data.len()).map(|_| rx.recv().unwrap()).collect();
+    done.sort_by_key(|(i, _)| *i);
+    for ((_, encoded), original) in done.iter().zip(&data) {
+        assert_eq!(&engine.decode(&encoded.frame).unwrap(), original);
+    }
+    let stats = engine.stats();
+    assert_eq!(
+        stats.fallbacks.busy, 0,
+        "a host-CPU backend is waited for, not overflowed"
+    );
+    assert_eq!(
+        stats.backend(BackendKind::Accelerator).records + stats.fallbacks.failure,
+        data.len() as u64
     );
 }
 

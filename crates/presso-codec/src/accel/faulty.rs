@@ -1,6 +1,7 @@
 //! A fault-injecting wrapper around any accelerator, for tests and drills: fail every Nth job, fail
 //! with a probability, break the device outright, or stall it so its queue fills.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 
@@ -66,6 +67,7 @@ pub struct FaultyAccelerator {
     inner: Arc<dyn Accelerator>,
     plan: Arc<FaultPlan>,
     ran: Arc<AtomicU64>,
+    wrapped: Arc<Mutex<HashSet<u64>>>,
     held: Mutex<Vec<AccelJob>>,
 }
 
@@ -77,6 +79,7 @@ impl FaultyAccelerator {
             inner,
             plan: plan.clone(),
             ran: Arc::new(AtomicU64::new(0)),
+            wrapped: Arc::default(),
             held: Mutex::new(Vec::new()),
         };
         (accel, plan)
@@ -137,12 +140,20 @@ impl Accelerator for FaultyAccelerator {
                     }
                     continue;
                 }
+                if !self.wrapped.lock().insert(job.id) {
+                    // Refused as busy earlier and submitted again: already wrapped.
+                    to_device.push(job);
+                    continue;
+                }
                 // Decide at completion, among the jobs the device really ran, as a real device
                 // error would arrive: from its completion context, after the work.
                 let plan = self.plan.clone();
                 let ran = self.ran.clone();
+                let wrapped = self.wrapped.clone();
+                let id = job.id;
                 let completion = job.completion;
                 job.completion = Box::new(move |mut result| {
+                    wrapped.lock().remove(&id);
                     if !matches!(result.outcome, Err(AccelError::Busy)) {
                         let sequence = ran.fetch_add(1, SeqCst) + 1;
                         if plan.should_fail(sequence) {
@@ -158,6 +169,10 @@ impl Accelerator for FaultyAccelerator {
             rejected.extend(self.inner.submit(to_device));
         }
         rejected
+    }
+
+    fn shares_host_cpu(&self) -> bool {
+        self.inner.shares_host_cpu()
     }
 
     fn reinit(&self) -> Result<(), AccelError> {

@@ -127,6 +127,10 @@ impl Accelerator for IsalAccelerator {
         rejected
     }
 
+    fn shares_host_cpu(&self) -> bool {
+        true
+    }
+
     fn reinit(&self) -> Result<(), AccelError> {
         self.stop_workers();
         igzip::self_test().map_err(|e| AccelError::Unavailable(e.to_string()))?;

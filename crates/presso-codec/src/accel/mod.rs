@@ -130,6 +130,8 @@ pub type Completion = Box<dyn FnOnce(AccelResult) + Send>;
 
 /// One unit of work for an accelerator.
 pub struct AccelJob {
+    /// Unique per engine; a job refused as busy keeps its id when submitted again.
+    pub id: u64,
     /// Codec and level; the accelerator said it supports it.
     pub spec: CodecSpec,
     /// The input, read in place as a scatter/gather list.
@@ -167,4 +169,10 @@ pub trait Accelerator: Send + Sync {
     fn submit(&self, jobs: Vec<AccelJob>) -> Vec<AccelJob>;
     /// Re-initialises the device and proves it works; called after it was marked unavailable.
     fn reinit(&self) -> Result<(), AccelError>;
+    /// Whether the backend computes on the host's own cores (a SIMD engine such as ISA-L) rather
+    /// than on a device. When it does, overflowing a busy backend to software would only take
+    /// cores from it, so by default the engine waits for room instead (see `BusyPolicy`).
+    fn shares_host_cpu(&self) -> bool {
+        false
+    }
 }
