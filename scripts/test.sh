@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs the system packages the tests need, then runs every test: formatting, lints, the
+# workspace's unit and integration tests, and a bounded fuzzing run of the frame decoder.
+#   scripts/test.sh            (PRESSO_FUZZ_SECONDS=60 by default; 0 skips fuzzing)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# ISA-L is built from source by isal-sys (autotools + nasm); the FUSE packages serve the mount tests.
+packages=(nasm autoconf automake libtool pkg-config make gcc zlib1g-dev fuse3 libfuse3-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if ! command -v cargo >/dev/null; then
+  echo "error: cargo not found; install the Rust toolchain (rustup) and run this again" >&2
+  exit 1
+fi
+
+rustup component list --installed 2>/dev/null | grep -q rustfmt || rustup component add rustfmt clippy
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+# The codec crate without its optional codecs: compiled-out codecs must still build and decode to
+# a clear "not built in" error.
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test -p presso-codec --no-default-features --lib 2>&1 | tee -a "$log"
+cargo test --workspace 2>&1 | tee -a "$log"
+
+fuzz_seconds=${PRESSO_FUZZ_SECONDS:-60}
+if [ "$fuzz_seconds" -gt 0 ]; then
+  if cargo +nightly --version >/dev/null 2>&1; then
+    command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+    (cd fuzz && cargo +nightly fuzz run frame_decode -- -max_total_time="$fuzz_seconds" 2>&1 | tail -n 3)
+  else
+    echo "skipping the fuzzing run: it needs a nightly toolchain (rustup toolchain install nightly)"
+  fi
+fi
+
+# One closing line over every test binary above.
+awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed\n", p, f }' "$log"
