@@ -3,7 +3,9 @@
 //!
 //! Per record: empty or codec `off` → stored; all zeros → hole; pre-check says incompressible →
 //! stored raw (skipped); inside the accelerator's size window, supported, healthy and its queue has
-//! room → accelerator; otherwise → CPU workers. Any accelerator error → the CPU redoes the record,
+//! room → accelerator; otherwise → CPU workers. A busy device's overflow runs on the CPU; a backend
+//! that computes on the host's own cores (ISA-L) is waited for instead ([`BusyPolicy`]), since
+//! software overflow would only take cores from it. Any accelerator error → the CPU redoes the record,
 //! invisible to the caller; after `failure_limit` consecutive errors the accelerator is marked
 //! unavailable and re-initialised after a backoff that doubles while it keeps failing. Every
 //! codec gets the output budget `(1 − threshold) × input`; over it, the record is stored raw.
@@ -531,9 +533,7 @@ impl Worker {
             self.shared.run_software(job, why);
         }
     }
-}
 
-impl Worker {
     fn offload(&self, accel: &dyn Accelerator, mut jobs: Vec<AccelJob>) {
         let wait = match self.shared.config.busy {
             BusyPolicy::Auto => accel.shares_host_cpu(),
