@@ -1,0 +1,252 @@
+//! Engine primitives: the small transactional key/value-ish interface every storage engine
+//! implements. All POSIX rules live in [`crate::MetaStore`]; an engine only stores rows.
+//!
+//! Contract for implementers:
+//! - A transaction from [`MetaEngine::write`] is serializable with every other transaction of the
+//!   same engine. Dropping it without [`Txn::commit`] must leave no trace.
+//! - A transaction from [`MetaEngine::read`] sees a consistent snapshot; its mutating primitives
+//!   return [`MetaError::Engine`].
+//! - Listing primitives return rows in ascending key order, comparing byte strings
+//!   lexicographically (shorter prefix first), exactly like `Ord` on `Vec<u8>` / `String`.
+//! - Unsigned numbers must round-trip bit-exactly; record indexes below `i64::MAX` must also keep
+//!   their order.
+//! - Missing counters read as 0.
+
+use std::ops::Range;
+
+use crate::error::{MetaError, Result};
+
+/// Inode number of the root directory.
+pub const ROOT_INO: u64 = 1;
+
+/// Pseudo inode number under which pool-wide properties are stored.
+pub const POOL_INO: u64 = 0;
+
+/// Counter holding the next inode number to hand out.
+pub const COUNTER_NEXT_INODE: &str = "next_inode";
+/// Counter holding the sum of `logical_len` of all records.
+pub const COUNTER_LOGICAL: &str = "logical_bytes";
+/// Counter holding the sum of `stored_len` of all records.
+pub const COUNTER_STORED: &str = "stored_bytes";
+/// Counter holding segment bytes that are no longer referenced by any record.
+pub const COUNTER_GARBAGE: &str = "garbage_bytes";
+
+/// The type of an inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileKind {
+    /// Regular file.
+    File,
+    /// Directory.
+    Dir,
+    /// Symbolic link.
+    Symlink,
+    /// Named pipe.
+    Fifo,
+    /// Unix domain socket.
+    Socket,
+    /// Character device.
+    CharDevice,
+    /// Block device.
+    BlockDevice,
+}
+
+impl FileKind {
+    /// Stable on-disk code of this kind.
+    pub fn code(self) -> u8 {
+        match self {
+            FileKind::File => 1,
+            FileKind::Dir => 2,
+            FileKind::Symlink => 3,
+            FileKind::Fifo => 4,
+            FileKind::Socket => 5,
+            FileKind::CharDevice => 6,
+            FileKind::BlockDevice => 7,
+        }
+    }
+
+    /// Inverse of [`FileKind::code`].
+    pub fn from_code(code: u8) -> Result<Self> {
+        Ok(match code {
+            1 => FileKind::File,
+            2 => FileKind::Dir,
+            3 => FileKind::Symlink,
+            4 => FileKind::Fifo,
+            5 => FileKind::Socket,
+            6 => FileKind::CharDevice,
+            7 => FileKind::BlockDevice,
+            other => {
+                return Err(MetaError::Engine(format!(
+                    "unknown inode kind code {other}"
+                )))
+            }
+        })
+    }
+
+    /// The `S_IF*` bits of this kind.
+    pub fn type_bits(self) -> u32 {
+        // Spelled out because `mode_t` differs in width between platforms.
+        match self {
+            FileKind::File => 0o100000,
+            FileKind::Dir => 0o040000,
+            FileKind::Symlink => 0o120000,
+            FileKind::Fifo => 0o010000,
+            FileKind::Socket => 0o140000,
+            FileKind::CharDevice => 0o020000,
+            FileKind::BlockDevice => 0o060000,
+        }
+    }
+}
+
+/// A point in time: seconds since the Unix epoch plus nanoseconds (`0..1_000_000_000`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Timespec {
+    /// Seconds since the epoch (may be negative).
+    pub secs: i64,
+    /// Nanoseconds within the second.
+    pub nsec: u32,
+}
+
+impl Timespec {
+    /// The current wall-clock time.
+    pub fn now() -> Self {
+        match std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+            Ok(d) => Timespec {
+                secs: d.as_secs() as i64,
+                nsec: d.subsec_nanos(),
+            },
+            Err(_) => Timespec::default(),
+        }
+    }
+}
+
+/// One inode as stored by an engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InodeRow {
+    /// Inode number.
+    pub ino: u64,
+    /// Inode type.
+    pub kind: FileKind,
+    /// Permission bits (`0o7777` mask; no type bits).
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Logical size in bytes.
+    pub size: u64,
+    /// Link count.
+    pub nlink: u32,
+    /// Last access.
+    pub atime: Timespec,
+    /// Last content modification.
+    pub mtime: Timespec,
+    /// Last status change.
+    pub ctime: Timespec,
+    /// Device number for device nodes, else 0.
+    pub rdev: u64,
+    /// Parent directory: exact for directories; for other inodes the directory of the name it was
+    /// created under or last renamed to (used only for property inheritance). 0 for the root.
+    pub parent: u64,
+    /// Symlink target, for symlinks only.
+    pub target: Option<Vec<u8>>,
+}
+
+/// The value of a directory entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dentry {
+    /// Child inode number.
+    pub ino: u64,
+    /// Child inode type (cached so readdir needs no inode reads).
+    pub kind: FileKind,
+}
+
+/// Where the bytes of one record of a file live.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RecordRef {
+    /// Segment number in the store.
+    pub segment: u64,
+    /// Byte offset inside the segment.
+    pub offset: u64,
+    /// Compressed (stored) length in bytes.
+    pub stored_len: u32,
+    /// Uncompressed (logical) length in bytes.
+    pub logical_len: u32,
+    /// Codec identifier.
+    pub codec: u8,
+    /// Checksum of the stored bytes.
+    pub checksum: u64,
+    /// Small records may be kept inline in the metadata instead of a segment.
+    pub inline: Option<Vec<u8>>,
+}
+
+/// A storage engine: hands out transactions.
+pub trait MetaEngine: Send + Sync {
+    /// Begins a read-only transaction.
+    fn read(&self) -> Result<Box<dyn Txn + '_>>;
+    /// Begins a read-write transaction. Dropping it without commit rolls it back.
+    fn write(&self) -> Result<Box<dyn Txn + '_>>;
+}
+
+/// The primitives of one transaction. Deleting a missing row is not an error; the `bool` results
+/// say whether a row existed.
+pub trait Txn {
+    /// Reads an inode row.
+    fn get_inode(&mut self, ino: u64) -> Result<Option<InodeRow>>;
+    /// Inserts or replaces an inode row.
+    fn put_inode(&mut self, row: &InodeRow) -> Result<()>;
+    /// Deletes an inode row.
+    fn delete_inode(&mut self, ino: u64) -> Result<bool>;
+
+    /// Reads a directory entry.
+    fn get_dentry(&mut self, parent: u64, name: &[u8]) -> Result<Option<Dentry>>;
+    /// Inserts or replaces a directory entry.
+    fn put_dentry(&mut self, parent: u64, name: &[u8], entry: Dentry) -> Result<()>;
+    /// Deletes a directory entry.
+    fn delete_dentry(&mut self, parent: u64, name: &[u8]) -> Result<bool>;
+    /// Lists up to `limit` entries of `parent` whose names sort strictly after `after`.
+    fn list_dentries(
+        &mut self,
+        parent: u64,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Dentry)>>;
+    /// Number of entries of `parent`.
+    fn count_dentries(&mut self, parent: u64) -> Result<u64>;
+
+    /// Reads an extended attribute.
+    fn get_xattr(&mut self, ino: u64, name: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// Inserts or replaces an extended attribute.
+    fn set_xattr(&mut self, ino: u64, name: &[u8], value: &[u8]) -> Result<()>;
+    /// Deletes an extended attribute.
+    fn delete_xattr(&mut self, ino: u64, name: &[u8]) -> Result<bool>;
+    /// Names of all extended attributes of `ino`, in order.
+    fn list_xattrs(&mut self, ino: u64) -> Result<Vec<Vec<u8>>>;
+
+    /// Reads one record reference.
+    fn get_record(&mut self, ino: u64, index: u64) -> Result<Option<RecordRef>>;
+    /// Inserts or replaces one record reference.
+    fn put_record(&mut self, ino: u64, index: u64, rec: &RecordRef) -> Result<()>;
+    /// Deletes one record reference.
+    fn delete_record(&mut self, ino: u64, index: u64) -> Result<bool>;
+    /// Records of `ino` with index in `range`, in index order.
+    fn list_records(&mut self, ino: u64, range: Range<u64>) -> Result<Vec<(u64, RecordRef)>>;
+    /// Deletes every record of `ino` with index `>= from`, returning them in index order.
+    fn delete_records_from(&mut self, ino: u64, from: u64) -> Result<Vec<(u64, RecordRef)>>;
+
+    /// Reads a property (`ino` 0 = pool).
+    fn get_prop(&mut self, ino: u64, name: &str) -> Result<Option<String>>;
+    /// Inserts or replaces a property.
+    fn set_prop(&mut self, ino: u64, name: &str, value: &str) -> Result<()>;
+    /// Deletes a property.
+    fn delete_prop(&mut self, ino: u64, name: &str) -> Result<bool>;
+    /// All properties set directly on `ino`, in name order.
+    fn list_props(&mut self, ino: u64) -> Result<Vec<(String, String)>>;
+
+    /// Reads a counter (missing = 0).
+    fn get_counter(&mut self, name: &str) -> Result<u64>;
+    /// Sets a counter.
+    fn set_counter(&mut self, name: &str, value: u64) -> Result<()>;
+
+    /// Commits the transaction.
+    fn commit(self: Box<Self>) -> Result<()>;
+}

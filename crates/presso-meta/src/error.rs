@@ -1,0 +1,83 @@
+//! The one error type of the metadata layer and its mapping to `errno` values.
+
+/// Errors returned by [`crate::MetaStore`] and by the engine primitives.
+///
+/// The FUSE layer maps these to errno values at exactly one boundary, with [`MetaError::errno`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MetaError {
+    /// The inode, directory entry or record does not exist (`ENOENT`).
+    #[error("no such file or directory")]
+    NotFound,
+    /// The name (or the extended attribute, with the create flag) already exists (`EEXIST`).
+    #[error("already exists")]
+    Exists,
+    /// A directory was required but the inode is something else (`ENOTDIR`).
+    #[error("not a directory")]
+    NotDir,
+    /// The operation is not valid on a directory (`EISDIR`).
+    #[error("is a directory")]
+    IsDir,
+    /// The directory is not empty (`ENOTEMPTY`).
+    #[error("directory not empty")]
+    NotEmpty,
+    /// The operation is not permitted, e.g. a hard link to a directory (`EPERM`).
+    #[error("operation not permitted")]
+    NotPermitted,
+    /// An argument was invalid (`EINVAL`).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A name is longer than 255 bytes (`ENAMETOOLONG`).
+    #[error("name too long")]
+    NameTooLong,
+    /// A rename would move a directory into its own subtree (`EINVAL`).
+    #[error("cannot move a directory into its own subtree")]
+    CrossDirectoryLoop,
+    /// The extended attribute does not exist (`ENODATA`).
+    #[error("no such extended attribute")]
+    NoAttribute,
+    /// An extended attribute value is larger than 64 KiB (`E2BIG`).
+    #[error("value too large")]
+    ValueTooLarge,
+    /// The link count would overflow (`EMLINK`).
+    #[error("too many links")]
+    TooManyLinks,
+    /// The storage engine failed (`EIO`). The text is for logs only.
+    #[error("metadata engine failure: {0}")]
+    Engine(String),
+    /// The database was written by a newer version of this crate (`EIO`).
+    #[error("metadata schema version {found} is newer than the supported version {supported}")]
+    SchemaTooNew {
+        /// The version found in the database.
+        found: u32,
+        /// The newest version this build understands.
+        supported: u32,
+    },
+}
+
+impl MetaError {
+    /// The libc errno value the FUSE layer should answer with.
+    pub fn errno(&self) -> i32 {
+        match self {
+            MetaError::NotFound => libc::ENOENT,
+            MetaError::Exists => libc::EEXIST,
+            MetaError::NotDir => libc::ENOTDIR,
+            MetaError::IsDir => libc::EISDIR,
+            MetaError::NotEmpty => libc::ENOTEMPTY,
+            MetaError::NotPermitted => libc::EPERM,
+            MetaError::InvalidArgument(_) | MetaError::CrossDirectoryLoop => libc::EINVAL,
+            MetaError::NameTooLong => libc::ENAMETOOLONG,
+            MetaError::NoAttribute => libc::ENODATA,
+            MetaError::ValueTooLarge => libc::E2BIG,
+            MetaError::TooManyLinks => libc::EMLINK,
+            MetaError::Engine(_) | MetaError::SchemaTooNew { .. } => libc::EIO,
+        }
+    }
+
+    /// Shorthand for [`MetaError::InvalidArgument`].
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        MetaError::InvalidArgument(msg.into())
+    }
+}
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = MetaError> = std::result::Result<T, E>;

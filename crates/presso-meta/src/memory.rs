@@ -1,0 +1,338 @@
+//! In-memory engine: ordered maps behind one `RwLock`.
+//!
+//! A write transaction holds the write lock and applies changes in place while keeping an undo
+//! log of the previous value of every key it touched; dropping it without commit replays the log
+//! backwards, so an abandoned transaction leaves no trace (the same guarantee as a copy-on-write
+//! snapshot, at a cost proportional to the transaction instead of the whole state).
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::engine::{Dentry, InodeRow, MetaEngine, RecordRef, Txn};
+use crate::error::{MetaError, Result};
+
+#[derive(Debug, Default)]
+struct State {
+    inodes: BTreeMap<u64, InodeRow>,
+    dentries: BTreeMap<(u64, Vec<u8>), Dentry>,
+    xattrs: BTreeMap<(u64, Vec<u8>), Vec<u8>>,
+    records: BTreeMap<(u64, u64), RecordRef>,
+    props: BTreeMap<(u64, String), String>,
+    counters: BTreeMap<String, u64>,
+}
+
+/// The previous value of one key, to restore on rollback.
+enum Undo {
+    Inode(u64, Option<InodeRow>),
+    Dentry((u64, Vec<u8>), Option<Dentry>),
+    Xattr((u64, Vec<u8>), Option<Vec<u8>>),
+    Record((u64, u64), Option<RecordRef>),
+    Prop((u64, String), Option<String>),
+    Counter(String, Option<u64>),
+}
+
+fn restore<K: Ord, V>(map: &mut BTreeMap<K, V>, key: K, old: Option<V>) {
+    match old {
+        Some(v) => {
+            map.insert(key, v);
+        }
+        None => {
+            map.remove(&key);
+        }
+    }
+}
+
+impl State {
+    fn undo(&mut self, u: Undo) {
+        match u {
+            Undo::Inode(k, v) => restore(&mut self.inodes, k, v),
+            Undo::Dentry(k, v) => restore(&mut self.dentries, k, v),
+            Undo::Xattr(k, v) => restore(&mut self.xattrs, k, v),
+            Undo::Record(k, v) => restore(&mut self.records, k, v),
+            Undo::Prop(k, v) => restore(&mut self.props, k, v),
+            Undo::Counter(k, v) => restore(&mut self.counters, k, v),
+        }
+    }
+}
+
+/// The in-memory engine. Nothing survives the process; meant for tests and as the reference
+/// model the SQLite engine is checked against.
+#[derive(Debug, Default)]
+pub struct MemoryEngine {
+    state: RwLock<State>,
+}
+
+impl MemoryEngine {
+    /// An empty engine.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+fn poisoned<T>(_: T) -> MetaError {
+    MetaError::Engine("memory engine lock poisoned".into())
+}
+
+impl MetaEngine for MemoryEngine {
+    fn read(&self) -> Result<Box<dyn Txn + '_>> {
+        let guard = self.state.read().map_err(poisoned)?;
+        Ok(Box::new(MemTxn {
+            guard: Guard::Read(guard),
+            undo: Vec::new(),
+            committed: false,
+        }))
+    }
+
+    fn write(&self) -> Result<Box<dyn Txn + '_>> {
+        let guard = self.state.write().map_err(poisoned)?;
+        Ok(Box::new(MemTxn {
+            guard: Guard::Write(guard),
+            undo: Vec::new(),
+            committed: false,
+        }))
+    }
+}
+
+enum Guard<'a> {
+    Read(RwLockReadGuard<'a, State>),
+    Write(RwLockWriteGuard<'a, State>),
+}
+
+struct MemTxn<'a> {
+    guard: Guard<'a>,
+    undo: Vec<Undo>,
+    committed: bool,
+}
+
+impl MemTxn<'_> {
+    fn st(&self) -> &State {
+        match &self.guard {
+            Guard::Read(g) => g,
+            Guard::Write(g) => g,
+        }
+    }
+
+    /// Mutable state plus the undo log, or an error in a read transaction.
+    fn st_mut(&mut self) -> Result<(&mut State, &mut Vec<Undo>)> {
+        match &mut self.guard {
+            Guard::Read(_) => Err(MetaError::Engine(
+                "write attempted in a read-only transaction".into(),
+            )),
+            Guard::Write(g) => Ok((&mut **g, &mut self.undo)),
+        }
+    }
+}
+
+impl Drop for MemTxn<'_> {
+    fn drop(&mut self) {
+        if self.committed {
+            return;
+        }
+        if let Guard::Write(g) = &mut self.guard {
+            while let Some(u) = self.undo.pop() {
+                g.undo(u);
+            }
+        }
+    }
+}
+
+impl Txn for MemTxn<'_> {
+    fn get_inode(&mut self, ino: u64) -> Result<Option<InodeRow>> {
+        Ok(self.st().inodes.get(&ino).cloned())
+    }
+
+    fn put_inode(&mut self, row: &InodeRow) -> Result<()> {
+        let (st, undo) = self.st_mut()?;
+        let old = st.inodes.insert(row.ino, row.clone());
+        undo.push(Undo::Inode(row.ino, old));
+        Ok(())
+    }
+
+    fn delete_inode(&mut self, ino: u64) -> Result<bool> {
+        let (st, undo) = self.st_mut()?;
+        let old = st.inodes.remove(&ino);
+        let existed = old.is_some();
+        undo.push(Undo::Inode(ino, old));
+        Ok(existed)
+    }
+
+    fn get_dentry(&mut self, parent: u64, name: &[u8]) -> Result<Option<Dentry>> {
+        Ok(self.st().dentries.get(&(parent, name.to_vec())).copied())
+    }
+
+    fn put_dentry(&mut self, parent: u64, name: &[u8], entry: Dentry) -> Result<()> {
+        let (st, undo) = self.st_mut()?;
+        let key = (parent, name.to_vec());
+        let old = st.dentries.insert(key.clone(), entry);
+        undo.push(Undo::Dentry(key, old));
+        Ok(())
+    }
+
+    fn delete_dentry(&mut self, parent: u64, name: &[u8]) -> Result<bool> {
+        let (st, undo) = self.st_mut()?;
+        let key = (parent, name.to_vec());
+        let old = st.dentries.remove(&key);
+        let existed = old.is_some();
+        undo.push(Undo::Dentry(key, old));
+        Ok(existed)
+    }
+
+    fn list_dentries(
+        &mut self,
+        parent: u64,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Dentry)>> {
+        use std::ops::Bound;
+        let start = match after {
+            Some(a) => Bound::Excluded((parent, a.to_vec())),
+            None => Bound::Included((parent, Vec::new())),
+        };
+        Ok(self
+            .st()
+            .dentries
+            .range((start, Bound::Unbounded))
+            .take_while(|((p, _), _)| *p == parent)
+            .take(limit)
+            .map(|((_, n), d)| (n.clone(), *d))
+            .collect())
+    }
+
+    fn count_dentries(&mut self, parent: u64) -> Result<u64> {
+        Ok(self
+            .st()
+            .dentries
+            .range((parent, Vec::new())..)
+            .take_while(|((p, _), _)| *p == parent)
+            .count() as u64)
+    }
+
+    fn get_xattr(&mut self, ino: u64, name: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.st().xattrs.get(&(ino, name.to_vec())).cloned())
+    }
+
+    fn set_xattr(&mut self, ino: u64, name: &[u8], value: &[u8]) -> Result<()> {
+        let (st, undo) = self.st_mut()?;
+        let key = (ino, name.to_vec());
+        let old = st.xattrs.insert(key.clone(), value.to_vec());
+        undo.push(Undo::Xattr(key, old));
+        Ok(())
+    }
+
+    fn delete_xattr(&mut self, ino: u64, name: &[u8]) -> Result<bool> {
+        let (st, undo) = self.st_mut()?;
+        let key = (ino, name.to_vec());
+        let old = st.xattrs.remove(&key);
+        let existed = old.is_some();
+        undo.push(Undo::Xattr(key, old));
+        Ok(existed)
+    }
+
+    fn list_xattrs(&mut self, ino: u64) -> Result<Vec<Vec<u8>>> {
+        Ok(self
+            .st()
+            .xattrs
+            .range((ino, Vec::new())..)
+            .take_while(|((i, _), _)| *i == ino)
+            .map(|((_, n), _)| n.clone())
+            .collect())
+    }
+
+    fn get_record(&mut self, ino: u64, index: u64) -> Result<Option<RecordRef>> {
+        Ok(self.st().records.get(&(ino, index)).cloned())
+    }
+
+    fn put_record(&mut self, ino: u64, index: u64, rec: &RecordRef) -> Result<()> {
+        let (st, undo) = self.st_mut()?;
+        let old = st.records.insert((ino, index), rec.clone());
+        undo.push(Undo::Record((ino, index), old));
+        Ok(())
+    }
+
+    fn delete_record(&mut self, ino: u64, index: u64) -> Result<bool> {
+        let (st, undo) = self.st_mut()?;
+        let old = st.records.remove(&(ino, index));
+        let existed = old.is_some();
+        undo.push(Undo::Record((ino, index), old));
+        Ok(existed)
+    }
+
+    fn list_records(&mut self, ino: u64, range: Range<u64>) -> Result<Vec<(u64, RecordRef)>> {
+        if range.start >= range.end {
+            return Ok(Vec::new());
+        }
+        Ok(self
+            .st()
+            .records
+            .range((ino, range.start)..(ino, range.end))
+            .map(|((_, i), r)| (*i, r.clone()))
+            .collect())
+    }
+
+    fn delete_records_from(&mut self, ino: u64, from: u64) -> Result<Vec<(u64, RecordRef)>> {
+        let doomed: Vec<u64> = self
+            .st()
+            .records
+            .range((ino, from)..=(ino, u64::MAX))
+            .map(|((_, i), _)| *i)
+            .collect();
+        let (st, undo) = self.st_mut()?;
+        let mut out = Vec::with_capacity(doomed.len());
+        for i in doomed {
+            if let Some(r) = st.records.remove(&(ino, i)) {
+                undo.push(Undo::Record((ino, i), Some(r.clone())));
+                out.push((i, r));
+            }
+        }
+        Ok(out)
+    }
+
+    fn get_prop(&mut self, ino: u64, name: &str) -> Result<Option<String>> {
+        Ok(self.st().props.get(&(ino, name.to_string())).cloned())
+    }
+
+    fn set_prop(&mut self, ino: u64, name: &str, value: &str) -> Result<()> {
+        let (st, undo) = self.st_mut()?;
+        let key = (ino, name.to_string());
+        let old = st.props.insert(key.clone(), value.to_string());
+        undo.push(Undo::Prop(key, old));
+        Ok(())
+    }
+
+    fn delete_prop(&mut self, ino: u64, name: &str) -> Result<bool> {
+        let (st, undo) = self.st_mut()?;
+        let key = (ino, name.to_string());
+        let old = st.props.remove(&key);
+        let existed = old.is_some();
+        undo.push(Undo::Prop(key, old));
+        Ok(existed)
+    }
+
+    fn list_props(&mut self, ino: u64) -> Result<Vec<(String, String)>> {
+        Ok(self
+            .st()
+            .props
+            .range((ino, String::new())..)
+            .take_while(|((i, _), _)| *i == ino)
+            .map(|((_, n), v)| (n.clone(), v.clone()))
+            .collect())
+    }
+
+    fn get_counter(&mut self, name: &str) -> Result<u64> {
+        Ok(self.st().counters.get(name).copied().unwrap_or(0))
+    }
+
+    fn set_counter(&mut self, name: &str, value: u64) -> Result<()> {
+        let (st, undo) = self.st_mut()?;
+        let old = st.counters.insert(name.to_string(), value);
+        undo.push(Undo::Counter(name.to_string(), old));
+        Ok(())
+    }
+
+    fn commit(mut self: Box<Self>) -> Result<()> {
+        self.committed = true;
+        self.undo.clear();
+        Ok(())
+    }
+}
