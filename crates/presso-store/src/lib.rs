@@ -1,5 +1,36 @@
-//! presso-store: the pool directory, append-only segment files of record frames, transaction-group
-//! commit, recovery, garbage collection and scrub.
+//! presso-store: the pool directory and its append-only segment files of record frames.
 //!
-//! Not built yet: this crate is a placeholder in the workspace layout. It must not depend on
-//! presso-codec or presso-meta; presso-fs wires them together.
+//! A pool is a directory holding a versioned header file (`presso.pool`, see [`header`]) and
+//! segment files `seg-<n>.dat` (see [`segment`]). [`Store::append`] wraps an opaque payload — a
+//! codec frame, though this crate never looks inside — in a checksummed envelope and appends it to
+//! the open segment, moving to a new segment past a configurable size. [`Store::sync`] makes
+//! everything appended durable and returns the durable [`Position`]: a transaction group commits
+//! metadata that references frames only after that. [`Store::read`] verifies envelope and
+//! checksum and names segment and offset on corruption. On open, recovery cuts the torn tail of
+//! the last segment.
+//!
+//! All I/O goes through the [`io::Storage`] / [`io::StorageDir`] traits: real files
+//! ([`io::FsDir`]) or a simulation with crashes, torn writes and injected faults ([`sim::SimDir`]).
+//!
+//! Not built yet: transaction-group commit with the metadata, garbage collection (only the
+//! accounting exists: [`Store::mark_dead`], [`Store::live_fraction`]), scrub, and a lock against
+//! two processes opening one pool. This crate must not depend on presso-codec or presso-meta;
+//! presso-fs wires them together.
+
+#![deny(missing_docs)]
+
+pub mod error;
+pub mod header;
+pub mod io;
+pub mod pool;
+pub mod segment;
+pub mod sim;
+
+pub use error::{Result, StoreError};
+pub use header::PoolHeader;
+pub use io::{FsDir, FsStorage, Storage, StorageDir};
+pub use pool::{
+    Location, Position, RecoveryReport, SegmentStats, Store, StoreConfig, DEFAULT_SEGMENT_SIZE,
+};
+pub use segment::EnvelopeError;
+pub use sim::{SimDir, SimStorage};
