@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system packages the tests need, then runs every test: formatting, lints, the
 # workspace's unit and integration tests, and a bounded fuzzing run of the frame decoder.
-#   scripts/test.sh            (PRESSO_FUZZ_SECONDS=60 by default; 0 skips fuzzing)
+#   scripts/test.sh            (PRESSO_FUZZ_SECONDS=30 per fuzz target by default; 0 skips fuzzing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,11 +31,13 @@ trap 'rm -f "$log"' EXIT
 cargo test -p presso-codec --no-default-features --lib 2>&1 | tee -a "$log"
 cargo test --workspace 2>&1 | tee -a "$log"
 
-fuzz_seconds=${PRESSO_FUZZ_SECONDS:-60}
+fuzz_seconds=${PRESSO_FUZZ_SECONDS:-30}
 if [ "$fuzz_seconds" -gt 0 ]; then
   if cargo +nightly --version >/dev/null 2>&1; then
     command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
-    (cd fuzz && cargo +nightly fuzz run frame_decode -- -max_total_time="$fuzz_seconds" 2>&1 | tail -n 3)
+    for target in frame_decode segment_recovery; do
+      (cd fuzz && cargo +nightly fuzz run "$target" -- -max_total_time="$fuzz_seconds" 2>&1 | tail -n 3)
+    done
   else
     echo "skipping the fuzzing run: it needs a nightly toolchain (rustup toolchain install nightly)"
   fi
