@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the system packages the tests need, then runs every test: formatting, lints, the
-# workspace's unit and integration tests, and a bounded fuzzing run of the frame decoder.
+# workspace's unit and integration tests, and bounded fuzzing runs of every fuzz target.
 #   scripts/test.sh            (PRESSO_FUZZ_SECONDS=30 per fuzz target by default; 0 skips fuzzing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
