@@ -8,15 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(nasm autoconf automake libtool pkg-config make gcc zlib1g-dev)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+bash scripts/install-packages.sh nasm autoconf automake libtool pkg-config make gcc zlib1g-dev
 
 cargo build --release -p presso-cli
 bash scripts/make-corpus.sh corpus "${PRESSO_CORPUS_MB:-100}"

@@ -64,17 +64,7 @@ missing=()
 [[ -f ${fastq_gz[2]} && -f ${fastq_gz[3]} ]] || missing+=(kallisto-examples)
 command -v xz >/dev/null || missing+=(xz-utils)
 if [[ ${#missing[@]} -gt 0 ]]; then
-    sudo=()
-    if [[ $(id -u) -ne 0 ]]; then
-        command -v sudo >/dev/null || {
-            echo "$0: need root (or sudo) to install: ${missing[*]}" >&2
-            exit 1
-        }
-        sudo=(sudo)
-    fi
-    echo "installing ${missing[*]}"
-    ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get update -q
-    ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+    bash "$(dirname "$0")/install-packages.sh" "${missing[@]}"
 fi
 for f in "$linux_xz" "${fastq_gz[@]}"; do
     [[ -f $f ]] || {

@@ -6,16 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # ISA-L is built from source by isal-sys (autotools + nasm); the FUSE packages serve the mount tests.
-packages=(nasm autoconf automake libtool pkg-config make gcc zlib1g-dev fuse3 libfuse3-dev)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "installing: ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+bash scripts/install-packages.sh nasm autoconf automake libtool pkg-config make gcc zlib1g-dev \
+  fuse3 libfuse3-dev
 if ! command -v cargo >/dev/null; then
   echo "error: cargo not found; install the Rust toolchain (rustup) and run this again" >&2
   exit 1
