@@ -148,9 +148,20 @@ pub struct Encoded {
 
 type Done = Box<dyn FnOnce(Encoded) + Send>;
 
+/// Per-record settings that may differ from the engine's defaults (a directory's `threshold` and
+/// `offload` properties).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct JobOptions {
+    /// Minimum saving for this record.
+    pub threshold: Threshold,
+    /// Whether this record may go to the accelerator.
+    pub offload: bool,
+}
+
 struct Job {
     record: Record,
     spec: CodecSpec,
+    options: JobOptions,
     submitted: Instant,
     done: Done,
 }
@@ -312,10 +323,30 @@ impl Engine {
         spec: CodecSpec,
         done: impl FnOnce(Encoded) + Send + 'static,
     ) {
+        self.submit_with(record, spec, self.default_options(), done)
+    }
+
+    /// The options [`Engine::submit`] uses: the configured threshold, offload allowed.
+    pub fn default_options(&self) -> JobOptions {
+        JobOptions {
+            threshold: self.shared.config.threshold,
+            offload: true,
+        }
+    }
+
+    /// Like [`Engine::submit`], with this record's own threshold and offload permission.
+    pub fn submit_with(
+        &self,
+        record: Record,
+        spec: CodecSpec,
+        options: JobOptions,
+        done: impl FnOnce(Encoded) + Send + 'static,
+    ) {
         *self.shared.pending.lock() += 1;
         let job = Job {
             record,
             spec,
+            options,
             submitted: Instant::now(),
             done: Box::new(done),
         };
@@ -588,7 +619,7 @@ impl Shared {
             self.deliver(job, frame, Verdict::Hole, BackendKind::None, cpu);
             return Route::Done;
         }
-        let budget = self.config.threshold.budget(len);
+        let budget = job.options.threshold.budget(len);
         if self.config.precheck && policy::probe(job.spec, &slices, budget, len) == Probe::Skip {
             drop(slices);
             let frame = frame::raw_frame(&job.record.slices());
@@ -598,7 +629,11 @@ impl Shared {
         }
         drop(slices);
         match accel {
-            Some(accel) if accel.supports(job.spec) && accel.size_window().contains(len) => {
+            Some(accel)
+                if job.options.offload
+                    && accel.supports(job.spec)
+                    && accel.size_window().contains(len) =>
+            {
                 if self.health.usable(accel, &self.stats) {
                     Route::Offload(job, budget)
                 } else {
@@ -618,6 +653,7 @@ impl Shared {
         let Job {
             record,
             spec,
+            options,
             submitted,
             done,
         } = job;
@@ -628,7 +664,7 @@ impl Shared {
             input: record,
             out: OutBuf::new(HEADER_LEN, budget),
             completion: Box::new(move |result: AccelResult| {
-                shared.accel_completed(spec, submitted, done, result)
+                shared.accel_completed(spec, options, submitted, done, result)
             }),
         }
     }
@@ -636,6 +672,7 @@ impl Shared {
     fn accel_completed(
         &self,
         spec: CodecSpec,
+        options: JobOptions,
         submitted: Instant,
         done: Done,
         result: AccelResult,
@@ -653,6 +690,7 @@ impl Shared {
         let job = Job {
             record: input,
             spec,
+            options,
             submitted,
             done,
         };
@@ -694,7 +732,7 @@ impl Shared {
         }
         let started = thread_cpu_time();
         let len = job.record.len();
-        let mut out = OutBuf::new(HEADER_LEN, self.config.threshold.budget(len));
+        let mut out = OutBuf::new(HEADER_LEN, job.options.threshold.budget(len));
         let input = job.record.contiguous();
         let result = format::compress(job.spec, self.config.deflate, &input, out.space());
         drop(input);

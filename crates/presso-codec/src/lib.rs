@@ -25,7 +25,9 @@ pub mod record;
 pub mod stats;
 
 pub use codec::{CodecId, CodecSpec, SpecError, CODECS};
-pub use engine::{Batch, BusyPolicy, Encoded, Engine, EngineConfig, EngineError, Offload};
+pub use engine::{
+    Batch, BusyPolicy, Encoded, Engine, EngineConfig, EngineError, JobOptions, Offload,
+};
 pub use format::DeflateEngine;
 pub use frame::{decode_frame, decode_frame_with, DecodeOptions, FrameError, FrameHeader};
 pub use policy::Threshold;

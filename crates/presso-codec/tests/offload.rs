@@ -374,3 +374,51 @@ fn tiny_queue_applies_backpressure_without_losing_records() {
     let out = run_all(&engine, &data);
     assert_eq!(out.len(), 100);
 }
+
+/// A directory's `offload=off` and `threshold=` reach single records: the same engine sends one
+/// record to the accelerator and keeps the next on the CPU, and a stricter threshold stores raw
+/// what the default compresses.
+#[test]
+fn per_record_options_override_the_engine_defaults() {
+    use presso_codec::{JobOptions, Threshold};
+    use std::sync::mpsc;
+
+    let engine = Engine::new(EngineConfig {
+        workers: 2,
+        offload: Offload::On,
+        ..EngineConfig::default()
+    })
+    .expect("ISA-L starts");
+    let run = |data: Vec<u8>, options: JobOptions| {
+        let (tx, rx) = mpsc::channel();
+        engine.submit_with(Record::from(data.clone()), gzip(), options, move |e| {
+            tx.send(e).unwrap()
+        });
+        let encoded = rx.recv().unwrap();
+        assert_eq!(engine.decode(&encoded.frame).unwrap(), data);
+        encoded
+    };
+    let defaults = engine.default_options();
+    let data = text(64 << 10, 7);
+    assert_eq!(run(data.clone(), defaults).backend, BackendKind::Accelerator);
+    let cpu_only = JobOptions {
+        offload: false,
+        ..defaults
+    };
+    assert_eq!(run(data.clone(), cpu_only).backend, BackendKind::Software);
+
+    // Half random, half text: saves well under 50% but more than 12.5%.
+    let mut mixed = random(32 << 10, 3);
+    mixed.extend_from_slice(&text(32 << 10, 4));
+    assert_eq!(run(mixed.clone(), cpu_only).verdict, Verdict::Compressed);
+    let strict = JobOptions {
+        threshold: Threshold::from_fraction(0.5).unwrap(),
+        offload: false,
+    };
+    // The probe or the codec's budget may reject it; either way it is kept uncompressed.
+    let verdict = run(mixed, strict).verdict;
+    assert!(
+        matches!(verdict, Verdict::StoredRaw | Verdict::Skipped),
+        "{verdict:?}"
+    );
+}
