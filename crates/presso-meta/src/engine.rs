@@ -2,16 +2,25 @@
 //! implements. All POSIX rules live in [`crate::MetaStore`]; an engine only stores rows.
 //!
 //! Contract for implementers:
-//! - A transaction from [`MetaEngine::write`] is serializable with every other transaction of the
-//!   same engine. Dropping it without [`Txn::commit`] must leave no trace.
-//! - A transaction from [`MetaEngine::read`] sees a consistent snapshot; its mutating primitives
-//!   return [`MetaError::Engine`].
+//! - A transaction from [`MetaEngine::write`] or [`MetaEngine::write_durable`] is serializable
+//!   with every other transaction of the same engine. Dropping it without [`Txn::commit`] must
+//!   leave no trace.
+//! - A transaction from [`MetaEngine::read`] sees a consistent snapshot that includes every
+//!   transaction committed before it began; its mutating primitives return [`MetaError::Engine`].
+//!   Engines may run read transactions concurrently with each other and with one write
+//!   transaction (the SQLite engine does; the memory engine lets readers share a lock that
+//!   writers take exclusively). A thread must not begin a write transaction while it still holds
+//!   a read transaction of the same engine: engines are free to make that wait forever.
 //! - Listing primitives return rows in ascending key order, comparing byte strings
 //!   lexicographically (shorter prefix first), exactly like `Ord` on `Vec<u8>` / `String`.
-//! - Unsigned numbers must round-trip bit-exactly; record indexes below `i64::MAX` must also keep
-//!   their order.
+//! - Unsigned numbers must round-trip bit-exactly; inode numbers, record indexes, segment numbers
+//!   and offsets below `i64::MAX` must also keep their order.
 //! - Missing counters read as 0.
+//! - A record is *non-inline* when [`RecordRef::inline`] is `None`: only those occupy segment
+//!   space, and only those are listed by [`Txn::records_in_segment`] and counted by
+//!   [`Txn::segment_usage`].
 
+use std::collections::BTreeMap;
 use std::ops::Range;
 
 use crate::error::{MetaError, Result};
@@ -179,12 +188,43 @@ pub struct RecordRef {
     pub inline: Option<Vec<u8>>,
 }
 
+impl RecordRef {
+    /// Whether the record's bytes live in a segment (not inline in the metadata).
+    pub fn in_segment(&self) -> bool {
+        self.inline.is_none()
+    }
+}
+
+/// Live non-inline records of one segment, as counted by [`Txn::segment_usage`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SegmentUsage {
+    /// Number of records pointing into the segment.
+    pub records: u64,
+    /// Sum of their `stored_len`.
+    pub stored_bytes: u64,
+}
+
+/// One record of one file, with the place it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordLocation {
+    /// The file.
+    pub ino: u64,
+    /// The record index within the file.
+    pub index: u64,
+    /// Where the record's bytes are.
+    pub rec: RecordRef,
+}
+
 /// A storage engine: hands out transactions.
 pub trait MetaEngine: Send + Sync {
     /// Begins a read-only transaction.
     fn read(&self) -> Result<Box<dyn Txn + '_>>;
     /// Begins a read-write transaction. Dropping it without commit rolls it back.
     fn write(&self) -> Result<Box<dyn Txn + '_>>;
+    /// Like [`MetaEngine::write`], but once [`Txn::commit`] returns, the transaction and every
+    /// transaction committed before it survive a power loss (whatever durability the engine was
+    /// opened with).
+    fn write_durable(&self) -> Result<Box<dyn Txn + '_>>;
 }
 
 /// The primitives of one transaction. Deleting a missing row is not an error; the `bool` results
@@ -232,6 +272,21 @@ pub trait Txn {
     fn list_records(&mut self, ino: u64, range: Range<u64>) -> Result<Vec<(u64, RecordRef)>>;
     /// Deletes every record of `ino` with index `>= from`, returning them in index order.
     fn delete_records_from(&mut self, ino: u64, from: u64) -> Result<Vec<(u64, RecordRef)>>;
+
+    /// Non-inline record count and stored bytes per segment; segments without records are absent.
+    fn segment_usage(&mut self) -> Result<BTreeMap<u64, SegmentUsage>>;
+    /// Every non-inline record pointing into `segment`, ordered by (offset, ino, index).
+    fn records_in_segment(&mut self, segment: u64) -> Result<Vec<RecordLocation>>;
+    /// Up to `limit` records of all files (inline ones included) whose (ino, index) sorts strictly
+    /// after `after`, in (ino, index) order.
+    fn scan_records(
+        &mut self,
+        after: Option<(u64, u64)>,
+        limit: usize,
+    ) -> Result<Vec<RecordLocation>>;
+
+    /// Inode numbers of all inodes whose `nlink` is 0, ascending.
+    fn list_orphans(&mut self) -> Result<Vec<u64>>;
 
     /// Reads a property (`ino` 0 = pool).
     fn get_prop(&mut self, ino: u64, name: &str) -> Result<Option<String>>;

@@ -4,12 +4,17 @@
 //! log of the previous value of every key it touched; dropping it without commit replays the log
 //! backwards, so an abandoned transaction leaves no trace (the same guarantee as a copy-on-write
 //! snapshot, at a cost proportional to the transaction instead of the whole state).
+//!
+//! Two secondary indexes mirror what the SQLite engine keeps: non-inline records by
+//! (segment, offset) and the set of inodes with `nlink == 0`. Every change of an inode or record
+//! row, rollback included, goes through `State::set_inode` / `State::set_record`, which keep
+//! them in step.
 
-use std::collections::BTreeMap;
-use std::ops::Range;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::{Bound, Range};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use crate::engine::{Dentry, InodeRow, MetaEngine, RecordRef, Txn};
+use crate::engine::{Dentry, InodeRow, MetaEngine, RecordLocation, RecordRef, SegmentUsage, Txn};
 use crate::error::{MetaError, Result};
 
 #[derive(Debug, Default)]
@@ -20,6 +25,10 @@ struct State {
     records: BTreeMap<(u64, u64), RecordRef>,
     props: BTreeMap<(u64, String), String>,
     counters: BTreeMap<String, u64>,
+    /// (segment, offset, ino, index) of every non-inline record.
+    by_segment: BTreeSet<(u64, u64, u64, u64)>,
+    /// Inodes with `nlink == 0`.
+    orphans: BTreeSet<u64>,
 }
 
 /// The previous value of one key, to restore on rollback.
@@ -44,12 +53,52 @@ fn restore<K: Ord, V>(map: &mut BTreeMap<K, V>, key: K, old: Option<V>) {
 }
 
 impl State {
+    /// Replaces (or with `None` removes) an inode row, keeping the orphan set in step.
+    fn set_inode(&mut self, ino: u64, row: Option<InodeRow>) -> Option<InodeRow> {
+        let orphan = row.as_ref().is_some_and(|r| r.nlink == 0);
+        let old = match row {
+            Some(r) => self.inodes.insert(ino, r),
+            None => self.inodes.remove(&ino),
+        };
+        if orphan {
+            self.orphans.insert(ino);
+        } else {
+            self.orphans.remove(&ino);
+        }
+        old
+    }
+
+    /// Replaces (or with `None` removes) a record, keeping the segment index in step.
+    fn set_record(&mut self, key: (u64, u64), rec: Option<RecordRef>) -> Option<RecordRef> {
+        if let Some(r) = rec.as_ref().filter(|r| r.in_segment()) {
+            self.by_segment.insert((r.segment, r.offset, key.0, key.1));
+        }
+        let old = match rec {
+            Some(r) => self.records.insert(key, r),
+            None => self.records.remove(&key),
+        };
+        if let Some(o) = old.as_ref().filter(|o| o.in_segment()) {
+            let still = self
+                .records
+                .get(&key)
+                .is_some_and(|n| n.in_segment() && (n.segment, n.offset) == (o.segment, o.offset));
+            if !still {
+                self.by_segment.remove(&(o.segment, o.offset, key.0, key.1));
+            }
+        }
+        old
+    }
+
     fn undo(&mut self, u: Undo) {
         match u {
-            Undo::Inode(k, v) => restore(&mut self.inodes, k, v),
+            Undo::Inode(k, v) => {
+                self.set_inode(k, v);
+            }
             Undo::Dentry(k, v) => restore(&mut self.dentries, k, v),
             Undo::Xattr(k, v) => restore(&mut self.xattrs, k, v),
-            Undo::Record(k, v) => restore(&mut self.records, k, v),
+            Undo::Record(k, v) => {
+                self.set_record(k, v);
+            }
             Undo::Prop(k, v) => restore(&mut self.props, k, v),
             Undo::Counter(k, v) => restore(&mut self.counters, k, v),
         }
@@ -91,6 +140,11 @@ impl MetaEngine for MemoryEngine {
             undo: Vec::new(),
             committed: false,
         }))
+    }
+
+    /// Nothing is ever durable here; the same as [`MetaEngine::write`].
+    fn write_durable(&self) -> Result<Box<dyn Txn + '_>> {
+        self.write()
     }
 }
 
@@ -144,14 +198,14 @@ impl Txn for MemTxn<'_> {
 
     fn put_inode(&mut self, row: &InodeRow) -> Result<()> {
         let (st, undo) = self.st_mut()?;
-        let old = st.inodes.insert(row.ino, row.clone());
+        let old = st.set_inode(row.ino, Some(row.clone()));
         undo.push(Undo::Inode(row.ino, old));
         Ok(())
     }
 
     fn delete_inode(&mut self, ino: u64) -> Result<bool> {
         let (st, undo) = self.st_mut()?;
-        let old = st.inodes.remove(&ino);
+        let old = st.set_inode(ino, None);
         let existed = old.is_some();
         undo.push(Undo::Inode(ino, old));
         Ok(existed)
@@ -184,7 +238,6 @@ impl Txn for MemTxn<'_> {
         after: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Dentry)>> {
-        use std::ops::Bound;
         let start = match after {
             Some(a) => Bound::Excluded((parent, a.to_vec())),
             None => Bound::Included((parent, Vec::new())),
@@ -245,14 +298,14 @@ impl Txn for MemTxn<'_> {
 
     fn put_record(&mut self, ino: u64, index: u64, rec: &RecordRef) -> Result<()> {
         let (st, undo) = self.st_mut()?;
-        let old = st.records.insert((ino, index), rec.clone());
+        let old = st.set_record((ino, index), Some(rec.clone()));
         undo.push(Undo::Record((ino, index), old));
         Ok(())
     }
 
     fn delete_record(&mut self, ino: u64, index: u64) -> Result<bool> {
         let (st, undo) = self.st_mut()?;
-        let old = st.records.remove(&(ino, index));
+        let old = st.set_record((ino, index), None);
         let existed = old.is_some();
         undo.push(Undo::Record((ino, index), old));
         Ok(existed)
@@ -280,12 +333,61 @@ impl Txn for MemTxn<'_> {
         let (st, undo) = self.st_mut()?;
         let mut out = Vec::with_capacity(doomed.len());
         for i in doomed {
-            if let Some(r) = st.records.remove(&(ino, i)) {
+            if let Some(r) = st.set_record((ino, i), None) {
                 undo.push(Undo::Record((ino, i), Some(r.clone())));
                 out.push((i, r));
             }
         }
         Ok(out)
+    }
+
+    fn segment_usage(&mut self) -> Result<BTreeMap<u64, SegmentUsage>> {
+        let mut out: BTreeMap<u64, SegmentUsage> = BTreeMap::new();
+        for r in self.st().records.values().filter(|r| r.in_segment()) {
+            let u = out.entry(r.segment).or_default();
+            u.records += 1;
+            u.stored_bytes += u64::from(r.stored_len);
+        }
+        Ok(out)
+    }
+
+    fn records_in_segment(&mut self, segment: u64) -> Result<Vec<RecordLocation>> {
+        let st = self.st();
+        st.by_segment
+            .range((segment, 0, 0, 0)..=(segment, u64::MAX, u64::MAX, u64::MAX))
+            .map(|&(_, _, ino, index)| {
+                let rec = st.records.get(&(ino, index)).cloned().ok_or_else(|| {
+                    MetaError::Engine("memory engine segment index out of step".into())
+                })?;
+                Ok(RecordLocation { ino, index, rec })
+            })
+            .collect()
+    }
+
+    fn scan_records(
+        &mut self,
+        after: Option<(u64, u64)>,
+        limit: usize,
+    ) -> Result<Vec<RecordLocation>> {
+        let start = match after {
+            Some(k) => Bound::Excluded(k),
+            None => Bound::Unbounded,
+        };
+        Ok(self
+            .st()
+            .records
+            .range((start, Bound::Unbounded))
+            .take(limit)
+            .map(|(&(ino, index), rec)| RecordLocation {
+                ino,
+                index,
+                rec: rec.clone(),
+            })
+            .collect())
+    }
+
+    fn list_orphans(&mut self) -> Result<Vec<u64>> {
+        Ok(self.st().orphans.iter().copied().collect())
     }
 
     fn get_prop(&mut self, ino: u64, name: &str) -> Result<Option<String>> {
