@@ -1,11 +1,16 @@
 //! Everything the store reads back from disk, on arbitrary bytes: the pool header, a segment
-//! header, single entries, and the recovery scan of a whole segment. Nothing may panic, and what
-//! the scan keeps must verify.
+//! header, single entries, the recovery scan of a whole segment and the scrub scan of its
+//! entries. Nothing may panic, and what the scans keep must verify.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use presso_store::segment::{decode_entry, scan_segment, SegmentHeader};
+use presso_store::segment::{decode_entry, scan_entries, scan_segment, SegmentHeader};
 use presso_store::{PoolHeader, SimDir, StorageDir};
+
+/// Length of the entry starting at `at`, from its envelope's length field.
+fn entry_len(data: &[u8], at: usize) -> usize {
+    16 + u32::from_le_bytes(data[at + 4..at + 8].try_into().unwrap()) as usize
+}
 
 fuzz_target!(|data: &[u8]| {
     let _ = PoolHeader::decode(data, "presso.pool");
@@ -17,18 +22,38 @@ fuzz_target!(|data: &[u8]| {
     let storage = dir.open("seg-1.dat").expect("the file was just written");
     if let Ok(scan) = scan_segment(storage.as_ref(), 0) {
         assert!(scan.good_end <= scan.file_len);
-        // Every entry before good_end decodes again, one after another.
+        // Every entry before good_end decodes again, one after another (the damaged ones only
+        // by their envelope header).
         let mut at = 0usize;
         for _ in 0..scan.entries {
-            let rest = &data[at..scan.good_end as usize];
-            let Ok(payload) = decode_entry(rest) else {
+            let end = at + entry_len(data, at);
+            if decode_entry(&data[at..end]).is_err() {
                 assert!(scan.damaged.contains(&(at as u64)), "kept entry at {at} does not verify");
-                let len = u32::from_le_bytes(rest[4..8].try_into().unwrap()) as usize;
-                at += 16 + len;
-                continue;
-            };
-            at += 16 + payload.len();
+            }
+            at = end;
         }
         assert_eq!(at as u64, scan.good_end);
+    }
+
+    // The scrub scan tiles the file exactly with valid entries and damaged stretches.
+    if let Ok(scan) = scan_entries(storage.as_ref(), 0, u64::MAX) {
+        let mut pieces: Vec<(u64, u64, bool)> = scan
+            .entries
+            .iter()
+            .map(|&(off, len)| (off, 16 + u64::from(len), true))
+            .chain(scan.damaged.iter().map(|d| (d.offset, d.len, false)))
+            .collect();
+        pieces.sort_unstable();
+        let mut at = 0u64;
+        for (off, len, valid) in pieces {
+            assert_eq!(off, at, "gap or overlap at {at}");
+            assert!(len > 0);
+            let bytes = &data[off as usize..(off + len) as usize];
+            if valid {
+                assert!(decode_entry(bytes).is_ok(), "listed entry at {off} does not verify");
+            }
+            at = off + len;
+        }
+        assert_eq!(at, data.len() as u64);
     }
 });

@@ -26,6 +26,8 @@
 //!
 //! docs/design.md mirrors both maps.
 
+use std::io;
+
 use crate::error::Result;
 use crate::header::{u16_at, u32_at, u64_at};
 use crate::io::Storage;
@@ -245,46 +247,29 @@ pub struct ScanResult {
 /// file). An entry whose envelope header verifies but whose payload does not is a torn tail
 /// unless a valid entry follows it; then it is recorded in `damaged` and the scan goes on.
 /// Never allocates more than the file holds.
-pub fn scan_segment(storage: &dyn Storage, start: u64) -> std::io::Result<ScanResult> {
+pub fn scan_segment(storage: &dyn Storage, start: u64) -> io::Result<ScanResult> {
     let file_len = storage.len()?;
+    let mut win = Window::new(storage, file_len);
     let mut pos = start;
     let mut entries = 0;
-    let mut payload = Vec::new();
     let mut damaged = Vec::new();
     let stop = loop {
-        let left = file_len.saturating_sub(pos);
-        if left == 0 {
-            break None;
-        }
-        if left < ENTRY_HEADER_LEN as u64 {
-            break Some((
-                pos,
-                EnvelopeError::Truncated {
-                    need: ENTRY_HEADER_LEN as u64,
-                    have: left,
-                },
-            ));
-        }
-        let mut h = [0u8; ENTRY_HEADER_LEN];
-        storage.read_at(&mut h, pos)?;
-        let header = match decode_entry_header(&h) {
-            Ok(header) => header,
-            Err(e) => break Some((pos, e)),
-        };
-        let need = ENTRY_HEADER_LEN as u64 + u64::from(header.payload_len);
-        if need > left {
-            break Some((pos, EnvelopeError::Truncated { need, have: left }));
-        }
-        payload.resize(header.payload_len as usize, 0);
-        storage.read_at(&mut payload, pos + ENTRY_HEADER_LEN as u64)?;
-        if crc32fast::hash(&payload) != header.payload_crc {
-            if !valid_entry_at(storage, pos + need, file_len)? {
-                break Some((pos, EnvelopeError::BadPayloadCrc));
+        match probe(&mut win, pos)? {
+            Probe::End => break None,
+            Probe::Valid(need) => {
+                pos += need;
+                entries += 1;
             }
-            damaged.push(pos);
+            Probe::BadPayload(need) => {
+                if !matches!(probe(&mut win, pos + need)?, Probe::Valid(_)) {
+                    break Some((pos, EnvelopeError::BadPayloadCrc));
+                }
+                damaged.push(pos);
+                pos += need;
+                entries += 1;
+            }
+            Probe::Invalid(e) => break Some((pos, e)),
         }
-        pos += need;
-        entries += 1;
     };
     Ok(ScanResult {
         entries,
@@ -295,21 +280,180 @@ pub fn scan_segment(storage: &dyn Storage, start: u64) -> std::io::Result<ScanRe
     })
 }
 
-/// Whether a complete, valid entry starts at `pos`.
-fn valid_entry_at(storage: &dyn Storage, pos: u64, file_len: u64) -> std::io::Result<bool> {
-    let left = file_len.saturating_sub(pos);
+/// One damaged stretch of a segment, found by [`scan_entries`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DamagedEntry {
+    /// Where the stretch starts.
+    pub offset: u64,
+    /// Its length: the whole entry when its envelope header verifies and only the payload does
+    /// not; otherwise the bytes up to the next valid envelope header, or to the end.
+    pub len: u64,
+    /// What is wrong at `offset`.
+    pub error: EnvelopeError,
+}
+
+/// What [`scan_entries`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EntryScan {
+    /// Offset and payload length of every valid entry, in file order.
+    pub entries: Vec<(u64, u32)>,
+    /// Damaged stretches, in file order. Together with the entries they cover the scanned range
+    /// exactly, without overlap.
+    pub damaged: Vec<DamagedEntry>,
+}
+
+/// Verifies every entry from `start` to `end` (or to the end of the file, if shorter), listing
+/// the valid ones and the damage, for scrub and garbage collection. Unlike [`scan_segment`], it
+/// does not stop at damage: an entry whose envelope header verifies but whose payload does not
+/// is skipped by its length; after an envelope header that does not verify, the scan searches
+/// for the next position holding one that does (magic, header CRC-32, and a length that fits)
+/// and goes on there. A payload may itself hold a valid entry (a segment file stored in the
+/// file system, uncompressed), so an entry found by that search can lie inside a damaged
+/// entry's payload; such an entry is unreferenced and harmless. Never allocates more than the
+/// file holds.
+pub fn scan_entries(storage: &dyn Storage, start: u64, end: u64) -> io::Result<EntryScan> {
+    let end = end.min(storage.len()?);
+    let mut win = Window::new(storage, end);
+    let mut pos = start;
+    let mut scan = EntryScan::default();
+    loop {
+        match probe(&mut win, pos)? {
+            Probe::End => break,
+            Probe::Valid(need) => {
+                scan.entries
+                    .push((pos, (need - ENTRY_HEADER_LEN as u64) as u32));
+                pos += need;
+            }
+            Probe::BadPayload(need) => {
+                scan.damaged.push(DamagedEntry {
+                    offset: pos,
+                    len: need,
+                    error: EnvelopeError::BadPayloadCrc,
+                });
+                pos += need;
+            }
+            Probe::Invalid(error) => {
+                let next = find_envelope(&mut win, pos + 1)?;
+                scan.damaged.push(DamagedEntry {
+                    offset: pos,
+                    len: next - pos,
+                    error,
+                });
+                pos = next;
+            }
+        }
+    }
+    Ok(scan)
+}
+
+/// How much a scan reads per call: one read serves many small entries.
+const SCAN_CHUNK: usize = 1 << 20;
+
+/// A read-ahead window over bytes `0..limit` of a file for front-to-back scans: one read call
+/// per chunk instead of two per entry.
+struct Window<'a> {
+    storage: &'a dyn Storage,
+    limit: u64,
+    start: u64,
+    buf: Vec<u8>,
+}
+
+impl<'a> Window<'a> {
+    fn new(storage: &'a dyn Storage, limit: u64) -> Self {
+        Self {
+            storage,
+            limit,
+            start: 0,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Bytes `pos..pos + len`; the caller keeps them below the limit.
+    fn get(&mut self, pos: u64, len: usize) -> io::Result<&[u8]> {
+        let end = pos + len as u64;
+        if pos < self.start || end > self.start + self.buf.len() as u64 {
+            let want = (len.max(SCAN_CHUNK) as u64).min(self.limit.saturating_sub(pos)) as usize;
+            self.buf.clear();
+            self.buf.resize(want.max(len), 0);
+            if let Err(e) = self.storage.read_at(&mut self.buf, pos) {
+                self.buf.clear();
+                return Err(e);
+            }
+            self.start = pos;
+        }
+        let at = (pos - self.start) as usize;
+        Ok(&self.buf[at..at + len])
+    }
+}
+
+/// What starts at a position of a scan.
+enum Probe {
+    /// The end of the scanned range.
+    End,
+    /// A valid entry of this many bytes.
+    Valid(u64),
+    /// An entry of this many bytes whose envelope header verifies but whose payload does not.
+    BadPayload(u64),
+    /// No verifiable envelope header (or one whose entry runs past the end).
+    Invalid(EnvelopeError),
+}
+
+fn probe(win: &mut Window<'_>, pos: u64) -> io::Result<Probe> {
+    let left = win.limit.saturating_sub(pos);
+    if left == 0 {
+        return Ok(Probe::End);
+    }
     if left < ENTRY_HEADER_LEN as u64 {
-        return Ok(false);
+        return Ok(Probe::Invalid(EnvelopeError::Truncated {
+            need: ENTRY_HEADER_LEN as u64,
+            have: left,
+        }));
     }
     let mut h = [0u8; ENTRY_HEADER_LEN];
-    storage.read_at(&mut h, pos)?;
-    let Ok(header) = decode_entry_header(&h) else {
-        return Ok(false);
+    h.copy_from_slice(win.get(pos, ENTRY_HEADER_LEN)?);
+    let header = match decode_entry_header(&h) {
+        Ok(header) => header,
+        Err(e) => return Ok(Probe::Invalid(e)),
     };
-    if ENTRY_HEADER_LEN as u64 + u64::from(header.payload_len) > left {
-        return Ok(false);
+    let need = ENTRY_HEADER_LEN as u64 + u64::from(header.payload_len);
+    if need > left {
+        return Ok(Probe::Invalid(EnvelopeError::Truncated {
+            need,
+            have: left,
+        }));
     }
-    let mut payload = vec![0u8; header.payload_len as usize];
-    storage.read_at(&mut payload, pos + ENTRY_HEADER_LEN as u64)?;
-    Ok(crc32fast::hash(&payload) == header.payload_crc)
+    let payload = win.get(pos + ENTRY_HEADER_LEN as u64, header.payload_len as usize)?;
+    Ok(if crc32fast::hash(payload) == header.payload_crc {
+        Probe::Valid(need)
+    } else {
+        Probe::BadPayload(need)
+    })
+}
+
+/// The first position from `from` holding an envelope header that verifies and whose entry
+/// fits below the limit, or the limit if there is none.
+fn find_envelope(win: &mut Window<'_>, from: u64) -> io::Result<u64> {
+    let limit = win.limit;
+    let mut at = from;
+    while limit.saturating_sub(at) >= ENTRY_HEADER_LEN as u64 {
+        let n = (limit - at).min(SCAN_CHUNK as u64) as usize;
+        let chunk = win.get(at, n)?;
+        for i in 0..=n - ENTRY_HEADER_LEN {
+            if chunk[i..i + ENTRY_MAGIC.len()] != ENTRY_MAGIC {
+                continue;
+            }
+            let mut h = [0u8; ENTRY_HEADER_LEN];
+            h.copy_from_slice(&chunk[i..i + ENTRY_HEADER_LEN]);
+            if let Ok(header) = decode_entry_header(&h) {
+                let candidate = at + i as u64;
+                let need = ENTRY_HEADER_LEN as u64 + u64::from(header.payload_len);
+                if need <= limit - candidate {
+                    return Ok(candidate);
+                }
+            }
+        }
+        // The last ENTRY_HEADER_LEN - 1 positions of this chunk are checked with the next one.
+        at += (n - (ENTRY_HEADER_LEN - 1)) as u64;
+    }
+    Ok(limit)
 }
