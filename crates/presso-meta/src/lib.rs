@@ -40,8 +40,8 @@
 //! - Directory `nlink` is `2 + number of subdirectories`.
 //! - When the last name of a non-directory goes away, the inode is removed in the same
 //!   transaction unless the caller's `is_open` callback says it is still open; it is then an
-//!   orphan (`nlink == 0`) until [`MetaStore::forget`]. Orphans are not yet tracked across
-//!   crashes.
+//!   orphan (`nlink == 0`) until [`MetaStore::forget`]. Orphans left by a crash are removed by
+//!   [`MetaStore::purge_orphans`] at pool open (engines index inodes with `nlink == 0`).
 //! - Properties: every inode row carries a `parent` pointer — exact for directories; for other
 //!   inodes the directory of the name under which it was created or to which it was last renamed.
 //!   Files copy nothing at creation; [`MetaStore::get_prop_effective`] walks
@@ -49,17 +49,36 @@
 //!   parent directory no longer exists (a hard link outlived it), the walk continues at the root.
 //! - The record map does not follow `setattr(size)`: the file-system layer truncates records
 //!   explicitly with [`MetaStore::truncate_records`].
+//! - Transaction groups: [`MetaStore::apply_txg`] applies a batch of record-map and size updates
+//!   in one write transaction, skipping (not failing) updates of files that were removed
+//!   meanwhile, and optionally makes the commit durable.
+//!
+//! # Space accounting
+//!
+//! `logical` and `stored` are the sums over live records (inline ones included); `garbage` counts
+//! segment bytes no record points at any more and that were not yet given back with
+//! [`MetaStore::release_garbage`]. Every non-inline frame the caller hands to the metadata
+//! (through [`MetaStore::set_record`] or [`MetaStore::apply_txg`]) is counted exactly once, so at
+//! every commit
+//!
+//! ```text
+//! Σ segment_usage().stored_bytes + garbage == bytes of non-inline frames handed over − released
+//! ```
+//!
+//! (handing over the frame a record already points at changes nothing).
 
 pub mod engine;
 mod error;
 pub mod memory;
 pub mod sqlite;
 
+use std::collections::{BTreeMap, HashMap};
 use std::ops::{Bound, Range, RangeBounds};
 use std::path::Path;
 
 pub use engine::{
-    Dentry, FileKind, InodeRow, MetaEngine, RecordRef, Timespec, Txn, POOL_INO, ROOT_INO,
+    Dentry, FileKind, InodeRow, MetaEngine, RecordLocation, RecordRef, SegmentUsage, Timespec, Txn,
+    POOL_INO, ROOT_INO,
 };
 pub use error::{MetaError, Result};
 pub use sqlite::{SqliteOptions, Synchronous, SCHEMA_VERSION};
@@ -221,6 +240,115 @@ pub struct SpaceUsage {
     pub garbage: u64,
 }
 
+/// One change of a transaction group; see [`MetaStore::apply_txg`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxgOp {
+    /// Points record `index` of file `ino` at `rec`, with the accounting of
+    /// [`MetaStore::set_record`]; the replaced non-inline reference is reported in
+    /// [`TxgOutcome::replaced`].
+    SetRecord {
+        /// The file.
+        ino: u64,
+        /// The record index (below [`RECORD_INDEX_LIMIT`]).
+        index: u64,
+        /// The new reference.
+        rec: RecordRef,
+    },
+    /// Removes record `index` of file `ino` if present, leaving a hole. Its bytes leave the
+    /// logical/stored totals; a non-inline one becomes garbage and is reported in
+    /// [`TxgOutcome::replaced`].
+    ClearRecord {
+        /// The file.
+        ino: u64,
+        /// The record index (below [`RECORD_INDEX_LIMIT`]).
+        index: u64,
+    },
+    /// Compare-and-swap for garbage collection: points record `index` of file `ino` at `rec` (a
+    /// copy of the same logical content) only if it currently points at the non-inline frame at
+    /// (`from_segment`, `from_offset`). The old frame then becomes garbage; otherwise `rec` is
+    /// reported in [`TxgOutcome::not_applied`].
+    MoveRecord {
+        /// The file.
+        ino: u64,
+        /// The record index (below [`RECORD_INDEX_LIMIT`]).
+        index: u64,
+        /// Segment the record is expected to point into.
+        from_segment: u64,
+        /// Offset the record is expected to point at.
+        from_offset: u64,
+        /// The new reference.
+        rec: RecordRef,
+    },
+    /// Sets a regular file's size and modification time; `ctime` becomes the later of its current
+    /// value and `mtime`. Records are not touched.
+    SetSize {
+        /// The file.
+        ino: u64,
+        /// The new size in bytes.
+        size: u64,
+        /// The new modification time.
+        mtime: Timespec,
+    },
+}
+
+/// What [`MetaStore::apply_txg`] did with the frames it was given and the ones it dropped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TxgOutcome {
+    /// Non-inline references that no record points at any more (replaced, cleared or moved
+    /// away), in op order. Their bytes were added to the garbage counter; the caller marks their
+    /// store entries dead.
+    pub replaced: Vec<RecordRef>,
+    /// Non-inline references of `SetRecord`/`MoveRecord` ops that were skipped (file gone or not
+    /// a regular file, or a `MoveRecord` whose record had changed), in op order. Their bytes were
+    /// added to the garbage counter too; the caller marks their store entries dead.
+    pub not_applied: Vec<RecordRef>,
+}
+
+/// Counter changes collected over a transaction group and written once at its end.
+#[derive(Debug, Default)]
+struct Delta {
+    logical_add: u64,
+    logical_sub: u64,
+    stored_add: u64,
+    stored_sub: u64,
+    garbage_add: u64,
+}
+
+impl Delta {
+    /// A record starts being referenced.
+    fn take(&mut self, r: &RecordRef) {
+        self.logical_add = self.logical_add.saturating_add(u64::from(r.logical_len));
+        self.stored_add = self.stored_add.saturating_add(u64::from(r.stored_len));
+    }
+
+    /// A record stops being referenced; its segment bytes (if any) become garbage.
+    fn drop_ref(&mut self, r: &RecordRef) {
+        self.logical_sub = self.logical_sub.saturating_add(u64::from(r.logical_len));
+        self.stored_sub = self.stored_sub.saturating_add(u64::from(r.stored_len));
+        self.waste(r);
+    }
+
+    /// A frame was handed over but never referenced: straight to garbage.
+    fn waste(&mut self, r: &RecordRef) {
+        if r.in_segment() {
+            self.garbage_add = self.garbage_add.saturating_add(u64::from(r.stored_len));
+        }
+    }
+
+    fn apply(&self, tx: &mut dyn Txn) -> Result<()> {
+        if self.logical_add != 0 || self.logical_sub != 0 {
+            add_counter(tx, COUNTER_LOGICAL, self.logical_add, self.logical_sub)?;
+        }
+        if self.stored_add != 0 || self.stored_sub != 0 {
+            add_counter(tx, COUNTER_STORED, self.stored_add, self.stored_sub)?;
+        }
+        if self.garbage_add != 0 {
+            add_counter(tx, COUNTER_GARBAGE, self.garbage_add, 0)?;
+        }
+        Ok(())
+    }
+}
+
 /// The metadata store: POSIX semantics over any [`MetaEngine`].
 pub struct MetaStore {
     engine: Box<dyn MetaEngine>,
@@ -318,8 +446,9 @@ fn account_dropped<'a>(
     add_counter(tx, COUNTER_GARBAGE, garbage, 0)
 }
 
-/// Removes an inode with everything hanging off it (records, xattrs, properties).
-fn purge(tx: &mut dyn Txn, ino: u64) -> Result<()> {
+/// Removes an inode with everything hanging off it (records, xattrs, properties), returning its
+/// records.
+fn purge(tx: &mut dyn Txn, ino: u64) -> Result<Vec<(u64, RecordRef)>> {
     let recs = tx.delete_records_from(ino, 0)?;
     account_dropped(tx, recs.iter().map(|(_, r)| r))?;
     for name in tx.list_xattrs(ino)? {
@@ -329,7 +458,7 @@ fn purge(tx: &mut dyn Txn, ino: u64) -> Result<()> {
         tx.delete_prop(ino, &name)?;
     }
     tx.delete_inode(ino)?;
-    Ok(())
+    Ok(recs)
 }
 
 /// Drops one link of a non-directory whose name was already removed.
@@ -356,6 +485,135 @@ fn drop_link(
         kind: row.kind,
         fate,
     })
+}
+
+/// Refuses a record reference the record map cannot hold.
+fn check_record(index: u64, rec: &RecordRef) -> Result<()> {
+    if index >= RECORD_INDEX_LIMIT {
+        return Err(MetaError::invalid("record index too large"));
+    }
+    if let Some(data) = &rec.inline {
+        if data.len() != rec.stored_len as usize {
+            return Err(MetaError::invalid("inline data length != stored_len"));
+        }
+    }
+    Ok(())
+}
+
+fn check_txg_op(op: &TxgOp) -> Result<()> {
+    match op {
+        TxgOp::SetRecord { index, rec, .. } | TxgOp::MoveRecord { index, rec, .. } => {
+            check_record(*index, rec)
+        }
+        TxgOp::ClearRecord { index, .. } if *index >= RECORD_INDEX_LIMIT => {
+            Err(MetaError::invalid("record index too large"))
+        }
+        TxgOp::ClearRecord { .. } | TxgOp::SetSize { .. } => Ok(()),
+    }
+}
+
+/// Whether `ino` exists and is a regular file, remembered in `files`. Sound for one transaction
+/// group because none of its ops creates, removes or retypes an inode.
+fn is_file(tx: &mut dyn Txn, files: &mut HashMap<u64, bool>, ino: u64) -> Result<bool> {
+    if let Some(&known) = files.get(&ino) {
+        return Ok(known);
+    }
+    let yes = tx
+        .get_inode(ino)?
+        .is_some_and(|row| row.kind == FileKind::File);
+    files.insert(ino, yes);
+    Ok(yes)
+}
+
+/// Applies the ops of one transaction group inside `tx`; see [`MetaStore::apply_txg`].
+fn apply_ops(tx: &mut dyn Txn, ops: &[TxgOp]) -> Result<TxgOutcome> {
+    let mut out = TxgOutcome::default();
+    let mut delta = Delta::default();
+    let mut files = HashMap::new();
+    let skip = |delta: &mut Delta, out: &mut TxgOutcome, rec: &RecordRef| {
+        delta.waste(rec);
+        if rec.in_segment() {
+            out.not_applied.push(rec.clone());
+        }
+    };
+    for op in ops {
+        match op {
+            TxgOp::SetRecord { ino, index, rec } => {
+                if !is_file(tx, &mut files, *ino)? {
+                    skip(&mut delta, &mut out, rec);
+                    continue;
+                }
+                let old = tx.get_record(*ino, *index)?;
+                if old.as_ref() == Some(rec) {
+                    continue;
+                }
+                tx.put_record(*ino, *index, rec)?;
+                delta.take(rec);
+                if let Some(old) = old {
+                    delta.drop_ref(&old);
+                    if old.in_segment() {
+                        out.replaced.push(old);
+                    }
+                }
+            }
+            TxgOp::ClearRecord { ino, index } => {
+                if !is_file(tx, &mut files, *ino)? {
+                    continue;
+                }
+                if let Some(old) = tx.get_record(*ino, *index)? {
+                    tx.delete_record(*ino, *index)?;
+                    delta.drop_ref(&old);
+                    if old.in_segment() {
+                        out.replaced.push(old);
+                    }
+                }
+            }
+            TxgOp::MoveRecord {
+                ino,
+                index,
+                from_segment,
+                from_offset,
+                rec,
+            } => {
+                let cur = if is_file(tx, &mut files, *ino)? {
+                    tx.get_record(*ino, *index)?
+                } else {
+                    None
+                };
+                match cur {
+                    Some(cur)
+                        if cur.in_segment()
+                            && cur.segment == *from_segment
+                            && cur.offset == *from_offset =>
+                    {
+                        if cur != *rec {
+                            tx.put_record(*ino, *index, rec)?;
+                            delta.take(rec);
+                            delta.drop_ref(&cur);
+                            out.replaced.push(cur);
+                        }
+                    }
+                    _ => skip(&mut delta, &mut out, rec),
+                }
+            }
+            TxgOp::SetSize { ino, size, mtime } => {
+                let Some(mut row) = tx.get_inode(*ino)? else {
+                    files.insert(*ino, false);
+                    continue;
+                };
+                files.insert(*ino, row.kind == FileKind::File);
+                if row.kind != FileKind::File {
+                    continue;
+                }
+                row.size = *size;
+                row.mtime = *mtime;
+                row.ctime = row.ctime.max(*mtime);
+                tx.put_inode(&row)?;
+            }
+        }
+    }
+    delta.apply(tx)?;
+    Ok(out)
 }
 
 fn to_range(r: impl RangeBounds<u64>) -> Range<u64> {
@@ -661,7 +919,8 @@ impl MetaStore {
             }
             tx.delete_dentry(parent, name)?;
             adjust_dir(tx, parent, -1, Timespec::now())?;
-            purge(tx, d.ino)
+            purge(tx, d.ino)?;
+            Ok(())
         })
     }
 
@@ -867,14 +1126,7 @@ impl MetaStore {
     /// Points record `index` of file `ino` at `rec`, returning the reference it replaced (whose
     /// stored bytes are now counted as garbage unless it was inline or identical to `rec`).
     pub fn set_record(&self, ino: u64, index: u64, rec: &RecordRef) -> Result<Option<RecordRef>> {
-        if index >= RECORD_INDEX_LIMIT {
-            return Err(MetaError::invalid("record index too large"));
-        }
-        if let Some(data) = &rec.inline {
-            if data.len() != rec.stored_len as usize {
-                return Err(MetaError::invalid("inline data length != stored_len"));
-            }
-        }
+        check_record(index, rec)?;
         self.write(|tx| {
             Self::file(tx, ino)?;
             let old = tx.get_record(ino, index)?;
@@ -937,6 +1189,99 @@ impl MetaStore {
     /// Tells the accounting that `bytes` of garbage were reclaimed (e.g. by segment compaction).
     pub fn release_garbage(&self, bytes: u64) -> Result<()> {
         self.write(|tx| add_counter(tx, COUNTER_GARBAGE, 0, bytes))
+    }
+
+    // ---- transaction groups, garbage collection, scrub
+
+    /// Applies a transaction group: every op of `ops`, in order, in one write transaction, so a
+    /// crash keeps all of them or none.
+    ///
+    /// - Ops on an inode that no longer exists or is not a regular file are skipped, not errors
+    ///   (the file may have been removed while its data was in flight).
+    /// - Accounting is that of [`MetaStore::set_record`] / [`MetaStore::truncate_records`], op by
+    ///   op. Non-inline frames that end up referenced by no record — the old frames of replaced,
+    ///   cleared and moved records ([`TxgOutcome::replaced`]) and the new frames of skipped
+    ///   `SetRecord`/`MoveRecord` ops ([`TxgOutcome::not_applied`]) — are all added to the
+    ///   garbage counter here; the caller only marks their store entries dead. That keeps
+    ///   "live stored bytes in segments + garbage == frame bytes handed over − released" exact
+    ///   (see the crate docs).
+    /// - With `durable`, the commit (and every commit before it) survives a power loss once this
+    ///   returns; otherwise it has the durability the store was opened with. The SQLite engine
+    ///   commits this transaction with `synchronous=FULL`.
+    ///
+    /// Fails without applying anything if an op is malformed (record index at or above
+    /// [`RECORD_INDEX_LIMIT`], inline data whose length is not `stored_len`).
+    pub fn apply_txg(&self, ops: &[TxgOp], durable: bool) -> Result<TxgOutcome> {
+        for op in ops {
+            check_txg_op(op)?;
+        }
+        let mut tx = if durable {
+            self.engine.write_durable()?
+        } else {
+            self.engine.write()?
+        };
+        let out = apply_ops(&mut *tx, ops)?;
+        tx.commit()?;
+        Ok(out)
+    }
+
+    /// Number and stored bytes of the non-inline records pointing into each segment (segments
+    /// nothing points into are absent), to rebuild the store's live/dead accounting at open.
+    pub fn segment_usage(&self) -> Result<BTreeMap<u64, SegmentUsage>> {
+        self.read(|tx| tx.segment_usage())
+    }
+
+    /// Every non-inline record pointing into `segment`, ordered by (offset, ino, index): what
+    /// garbage collection must move before the segment can go.
+    pub fn records_in_segment(&self, segment: u64) -> Result<Vec<RecordLocation>> {
+        self.read(|tx| tx.records_in_segment(segment))
+    }
+
+    /// Up to `limit` records of all files (inline ones included) in (ino, index) order, starting
+    /// strictly after `after`; pass the last returned (ino, index) to continue. For scrub.
+    pub fn scan_records(
+        &self,
+        after: Option<(u64, u64)>,
+        limit: usize,
+    ) -> Result<Vec<RecordLocation>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        // Inode numbers are handed out upwards from 2 and never reach 2^63, where the SQLite
+        // engine's signed keys would stop sorting like u64.
+        if after.is_some_and(|(ino, _)| ino > i64::MAX as u64) {
+            return Ok(Vec::new());
+        }
+        self.read(|tx| tx.scan_records(after, limit))
+    }
+
+    /// Removes every orphan — a non-directory inode with no names left (`nlink == 0`), such as a
+    /// file unlinked while open whose [`MetaStore::forget`] a crash prevented — with its records,
+    /// xattrs and properties, accounting exactly like `forget`. Returns the removed non-inline
+    /// records, whose bytes are now garbage; the caller marks their store entries dead.
+    ///
+    /// Meant for pool open, before any file is open: it also removes orphans that are still open.
+    /// Engines index inodes with `nlink == 0`, so this costs nothing when there are none.
+    pub fn purge_orphans(&self) -> Result<Vec<RecordRef>> {
+        self.write(|tx| {
+            let mut freed = Vec::new();
+            for ino in tx.list_orphans()? {
+                let orphan = ino != ROOT_INO
+                    && tx
+                        .get_inode(ino)?
+                        .is_some_and(|row| row.nlink == 0 && row.kind != FileKind::Dir);
+                if !orphan {
+                    continue;
+                }
+                let recs = purge(tx, ino)?;
+                freed.extend(
+                    recs.into_iter()
+                        .map(|(_, r)| r)
+                        .filter(RecordRef::in_segment),
+                );
+            }
+            Ok(freed)
+        })
     }
 
     // ---- properties

@@ -4,14 +4,16 @@
 // `libc::S_IF*` are `mode_t`, which is `u32` on Linux but narrower elsewhere: keep the casts.
 #![allow(clippy::unnecessary_cast)]
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use presso_meta::memory::MemoryEngine;
 use presso_meta::sqlite::SqliteEngine;
 use presso_meta::{
-    EffectiveProp, FileKind, LinkFate, MetaEngine, MetaError, MetaStore, RecordRef, SetAttr,
-    SpaceUsage, SqliteOptions, Synchronous, Timespec, XattrFlags, POOL_INO, ROOT_INO,
+    EffectiveProp, FileKind, LinkFate, MetaEngine, MetaError, MetaStore, RecordLocation, RecordRef,
+    SegmentUsage, SetAttr, SpaceUsage, SqliteOptions, Synchronous, Timespec, TxgOp, TxgOutcome,
+    XattrFlags, POOL_INO, ROOT_INO,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -100,6 +102,14 @@ conformance!(
     records_and_accounting,
     property_inheritance,
     failed_ops_leave_no_trace,
+    txg_applies_in_order_with_set_accounting,
+    txg_skips_ops_on_gone_or_non_regular_inodes,
+    txg_rejects_malformed_batches_whole,
+    txg_move_record_compare_and_swap,
+    segment_usage_and_records_in_segment,
+    scan_records_paginates,
+    purge_orphans_removes_every_orphan,
+    readers_run_while_a_writer_commits,
 );
 
 fn closed(_: u64) -> bool {
@@ -120,6 +130,53 @@ fn rec(segment: u64, stored: u32, logical: u32) -> RecordRef {
         checksum: u64::MAX - segment,
         inline: None,
     }
+}
+
+fn rec_at(segment: u64, offset: u64, stored: u32, logical: u32) -> RecordRef {
+    RecordRef {
+        segment,
+        offset,
+        stored_len: stored,
+        logical_len: logical,
+        codec: 3,
+        checksum: offset ^ segment,
+        inline: None,
+    }
+}
+
+fn inline_rec(data: &[u8], logical: u32) -> RecordRef {
+    RecordRef {
+        segment: 0,
+        offset: 0,
+        stored_len: data.len() as u32,
+        logical_len: logical,
+        codec: 0,
+        checksum: 9,
+        inline: Some(data.to_vec()),
+    }
+}
+
+fn space(logical: u64, stored: u64, garbage: u64) -> SpaceUsage {
+    SpaceUsage {
+        logical,
+        stored,
+        garbage,
+    }
+}
+
+fn usage(records: u64, stored_bytes: u64) -> SegmentUsage {
+    SegmentUsage {
+        records,
+        stored_bytes,
+    }
+}
+
+fn loc(ino: u64, index: u64, rec: RecordRef) -> RecordLocation {
+    RecordLocation { ino, index, rec }
+}
+
+fn ts(secs: i64) -> Timespec {
+    Timespec { secs, nsec: 5 }
 }
 
 fn file(s: &MetaStore, parent: u64, name: &str) -> u64 {
@@ -1012,6 +1069,602 @@ fn failed_ops_leave_no_trace(s: &MetaStore) {
     assert_eq!(again, next + 1);
 }
 
+fn txg_applies_in_order_with_set_accounting(s: &MetaStore) {
+    let f = file(s, ROOT_INO, "f");
+    let g = file(s, ROOT_INO, "g");
+    let out = s
+        .apply_txg(
+            &[
+                TxgOp::SetRecord {
+                    ino: f,
+                    index: 0,
+                    rec: rec_at(1, 0, 100, 1000),
+                },
+                TxgOp::SetRecord {
+                    ino: f,
+                    index: 1,
+                    rec: rec_at(1, 100, 50, 1000),
+                },
+                TxgOp::SetRecord {
+                    ino: g,
+                    index: 0,
+                    rec: inline_rec(b"abc", 10),
+                },
+                TxgOp::SetSize {
+                    ino: f,
+                    size: 2000,
+                    mtime: ts(100),
+                },
+            ],
+            false,
+        )
+        .unwrap();
+    assert_eq!(out, TxgOutcome::default());
+    assert_eq!(s.space().unwrap(), space(2010, 153, 0));
+    let a = s.getattr(f).unwrap();
+    assert_eq!((a.size, a.mtime), (2000, ts(100)));
+    assert!(a.ctime > ts(100), "ctime never goes back");
+    assert_eq!(
+        s.getattr(g).unwrap().size,
+        0,
+        "SetSize only touches its inode"
+    );
+
+    // replace, set the identical ref again, clear, clear a hole, and an in-batch set+clear
+    let out = s
+        .apply_txg(
+            &[
+                TxgOp::SetRecord {
+                    ino: f,
+                    index: 0,
+                    rec: rec_at(2, 0, 70, 1000),
+                },
+                TxgOp::SetRecord {
+                    ino: f,
+                    index: 1,
+                    rec: rec_at(1, 100, 50, 1000),
+                },
+                TxgOp::ClearRecord { ino: f, index: 1 },
+                TxgOp::ClearRecord { ino: f, index: 7 },
+                TxgOp::SetRecord {
+                    ino: g,
+                    index: 1,
+                    rec: rec_at(2, 70, 30, 300),
+                },
+                TxgOp::ClearRecord { ino: g, index: 1 },
+                TxgOp::ClearRecord { ino: g, index: 0 },
+            ],
+            true,
+        )
+        .unwrap();
+    assert_eq!(
+        out.replaced,
+        vec![
+            rec_at(1, 0, 100, 1000),
+            rec_at(1, 100, 50, 1000),
+            rec_at(2, 70, 30, 300)
+        ],
+        "inline refs take no segment space and are not reported"
+    );
+    assert!(out.not_applied.is_empty());
+    assert_eq!(s.records(f, ..).unwrap(), vec![(0, rec_at(2, 0, 70, 1000))]);
+    assert_eq!(s.records(g, ..).unwrap(), vec![]);
+    assert_eq!(s.space().unwrap(), space(1000, 70, 180));
+
+    // a later SetSize wins, and sizes may shrink; ctime keeps the later value
+    let before = s.getattr(f).unwrap().ctime;
+    let late = Timespec {
+        secs: before.secs + 1000,
+        nsec: 0,
+    };
+    s.apply_txg(
+        &[
+            TxgOp::SetSize {
+                ino: f,
+                size: 5,
+                mtime: ts(200),
+            },
+            TxgOp::SetSize {
+                ino: f,
+                size: 7,
+                mtime: late,
+            },
+        ],
+        false,
+    )
+    .unwrap();
+    let a = s.getattr(f).unwrap();
+    assert_eq!((a.size, a.mtime, a.ctime), (7, late, late));
+    assert_eq!(s.records(f, ..).unwrap().len(), 1, "no record truncation");
+
+    // an empty durable batch is fine (a durability barrier) and changes nothing
+    assert_eq!(s.apply_txg(&[], true).unwrap(), TxgOutcome::default());
+    assert_eq!(s.space().unwrap(), space(1000, 70, 180));
+}
+
+fn txg_skips_ops_on_gone_or_non_regular_inodes(s: &MetaStore) {
+    let gone = file(s, ROOT_INO, "gone");
+    s.set_record(gone, 0, &rec_at(1, 0, 10, 100)).unwrap();
+    s.unlink(ROOT_INO, b"gone", &closed).unwrap();
+    let orphan = file(s, ROOT_INO, "orphan");
+    s.unlink(ROOT_INO, b"orphan", &open).unwrap();
+    let d = mkdir(s, ROOT_INO, "d");
+    let l = s.symlink(ROOT_INO, b"l", b"t", 0, 0).unwrap().ino;
+    assert_eq!(s.space().unwrap(), space(0, 0, 10));
+
+    let out = s
+        .apply_txg(
+            &[
+                TxgOp::SetRecord {
+                    ino: gone,
+                    index: 0,
+                    rec: rec_at(2, 0, 20, 100),
+                },
+                TxgOp::SetRecord {
+                    ino: gone,
+                    index: 1,
+                    rec: inline_rec(b"xy", 2),
+                },
+                TxgOp::MoveRecord {
+                    ino: gone,
+                    index: 0,
+                    from_segment: 1,
+                    from_offset: 0,
+                    rec: rec_at(2, 20, 10, 100),
+                },
+                TxgOp::ClearRecord {
+                    ino: gone,
+                    index: 0,
+                },
+                TxgOp::SetSize {
+                    ino: gone,
+                    size: 9,
+                    mtime: ts(1),
+                },
+                TxgOp::SetRecord {
+                    ino: d,
+                    index: 0,
+                    rec: rec_at(2, 30, 1, 1),
+                },
+                TxgOp::SetSize {
+                    ino: d,
+                    size: 9,
+                    mtime: ts(1),
+                },
+                TxgOp::SetRecord {
+                    ino: l,
+                    index: 0,
+                    rec: rec_at(2, 31, 2, 2),
+                },
+                TxgOp::SetSize {
+                    ino: l,
+                    size: 9,
+                    mtime: ts(1),
+                },
+                TxgOp::SetRecord {
+                    ino: 999_999,
+                    index: 0,
+                    rec: rec_at(2, 33, 4, 4),
+                },
+                // an open orphan still takes its data
+                TxgOp::SetRecord {
+                    ino: orphan,
+                    index: 0,
+                    rec: rec_at(3, 0, 40, 400),
+                },
+                TxgOp::SetSize {
+                    ino: orphan,
+                    size: 400,
+                    mtime: ts(1),
+                },
+            ],
+            false,
+        )
+        .unwrap();
+    assert!(out.replaced.is_empty());
+    assert_eq!(
+        out.not_applied,
+        vec![
+            rec_at(2, 0, 20, 100),
+            rec_at(2, 20, 10, 100),
+            rec_at(2, 30, 1, 1),
+            rec_at(2, 31, 2, 2),
+            rec_at(2, 33, 4, 4),
+        ]
+    );
+    // skipped frames are garbage already: 10 (old) + 20 + 10 + 1 + 2 + 4
+    assert_eq!(s.space().unwrap(), space(400, 40, 47));
+    assert_eq!(s.getattr(gone), Err(MetaError::NotFound));
+    assert_eq!(s.getattr(d).unwrap().size, 0);
+    assert_eq!(s.getattr(l).unwrap().size, 1);
+    let o = s.getattr(orphan).unwrap();
+    assert_eq!((o.size, o.mtime, o.nlink), (400, ts(1), 0));
+    assert_eq!(
+        s.get_record(orphan, 0).unwrap(),
+        Some(rec_at(3, 0, 40, 400))
+    );
+    assert_eq!(
+        s.segment_usage().unwrap(),
+        BTreeMap::from([(3, usage(1, 40))])
+    );
+    assert!(s.forget(orphan).unwrap());
+    assert_eq!(s.space().unwrap(), space(0, 0, 87));
+}
+
+fn txg_rejects_malformed_batches_whole(s: &MetaStore) {
+    let f = file(s, ROOT_INO, "f");
+    let good = TxgOp::SetRecord {
+        ino: f,
+        index: 0,
+        rec: rec(1, 10, 10),
+    };
+    let bad_ops = [
+        TxgOp::SetRecord {
+            ino: f,
+            index: presso_meta::RECORD_INDEX_LIMIT,
+            rec: rec(1, 10, 10),
+        },
+        TxgOp::SetRecord {
+            ino: f,
+            index: 1,
+            rec: RecordRef {
+                stored_len: 9,
+                ..inline_rec(b"abc", 3)
+            },
+        },
+        TxgOp::MoveRecord {
+            ino: f,
+            index: u64::MAX,
+            from_segment: 1,
+            from_offset: 1000,
+            rec: rec(2, 10, 10),
+        },
+        TxgOp::ClearRecord {
+            ino: f,
+            index: u64::MAX,
+        },
+        // malformed even though the inode does not exist
+        TxgOp::SetRecord {
+            ino: 999_999,
+            index: u64::MAX,
+            rec: rec(1, 10, 10),
+        },
+    ];
+    for bad in bad_ops {
+        let err = s.apply_txg(&[good.clone(), bad.clone()], true).unwrap_err();
+        assert!(
+            matches!(err, MetaError::InvalidArgument(_)),
+            "{bad:?}: {err:?}"
+        );
+        assert_eq!(
+            s.get_record(f, 0).unwrap(),
+            None,
+            "nothing of {bad:?} applied"
+        );
+        assert_eq!(s.space().unwrap(), SpaceUsage::default());
+    }
+}
+
+fn txg_move_record_compare_and_swap(s: &MetaStore) {
+    let f = file(s, ROOT_INO, "f");
+    for i in 0..4 {
+        s.set_record(f, i, &rec_at(1, i * 100, 100, 1000)).unwrap();
+    }
+    s.set_record(f, 4, &inline_rec(b"in", 4)).unwrap();
+    assert_eq!(s.space().unwrap(), space(4004, 402, 0));
+
+    // GC copies segment 1's live frames to segment 2 (one recompressed smaller); meanwhile a
+    // write replaced record 1 and record 3 was cleared
+    let live = s.records_in_segment(1).unwrap();
+    assert_eq!(live.len(), 4);
+    s.apply_txg(
+        &[
+            TxgOp::SetRecord {
+                ino: f,
+                index: 1,
+                rec: rec_at(3, 0, 80, 1000),
+            },
+            TxgOp::ClearRecord { ino: f, index: 3 },
+        ],
+        false,
+    )
+    .unwrap();
+    assert_eq!(s.space().unwrap(), space(3004, 282, 200));
+    let moves: Vec<TxgOp> = live
+        .iter()
+        .map(|l| TxgOp::MoveRecord {
+            ino: l.ino,
+            index: l.index,
+            from_segment: l.rec.segment,
+            from_offset: l.rec.offset,
+            rec: rec_at(2, l.index * 100, if l.index == 0 { 60 } else { 100 }, 1000),
+        })
+        .chain([
+            // the inline record is never "in" a segment, even at a matching location
+            TxgOp::MoveRecord {
+                ino: f,
+                index: 4,
+                from_segment: 0,
+                from_offset: 0,
+                rec: rec_at(2, 900, 2, 4),
+            },
+            // moving a record onto itself is a no-op
+            TxgOp::MoveRecord {
+                ino: f,
+                index: 1,
+                from_segment: 3,
+                from_offset: 0,
+                rec: rec_at(3, 0, 80, 1000),
+            },
+        ])
+        .collect();
+    let out = s.apply_txg(&moves, false).unwrap();
+    assert_eq!(
+        out.replaced,
+        vec![rec_at(1, 0, 100, 1000), rec_at(1, 200, 100, 1000)]
+    );
+    assert_eq!(
+        out.not_applied,
+        vec![
+            rec_at(2, 100, 100, 1000),
+            rec_at(2, 300, 100, 1000),
+            rec_at(2, 900, 2, 4)
+        ]
+    );
+    assert_eq!(
+        s.records(f, ..).unwrap(),
+        vec![
+            (0, rec_at(2, 0, 60, 1000)),
+            (1, rec_at(3, 0, 80, 1000)),
+            (2, rec_at(2, 200, 100, 1000)),
+            (4, inline_rec(b"in", 4)),
+        ]
+    );
+    // logical unchanged; stored follows the new frames; garbage: 200 before, +200 moved away,
+    // +202 of copies that lost the race
+    assert_eq!(s.space().unwrap(), space(3004, 242, 602));
+    assert_eq!(s.records_in_segment(1).unwrap(), vec![]);
+    assert_eq!(
+        s.segment_usage().unwrap(),
+        BTreeMap::from([(2, usage(2, 160)), (3, usage(1, 80))])
+    );
+    // segment 1 held 400 bytes, all garbage now, and GC gives them back
+    s.release_garbage(400).unwrap();
+    // live segment bytes + garbage == handed over (400 + 80 + 362 copies) - released
+    let live_bytes: u64 = s
+        .segment_usage()
+        .unwrap()
+        .values()
+        .map(|u| u.stored_bytes)
+        .sum();
+    assert_eq!(
+        live_bytes + s.space().unwrap().garbage,
+        400 + 80 + 362 - 400
+    );
+}
+
+fn segment_usage_and_records_in_segment(s: &MetaStore) {
+    assert!(s.segment_usage().unwrap().is_empty());
+    let f = file(s, ROOT_INO, "f");
+    let g = file(s, ROOT_INO, "g");
+    s.set_record(g, 5, &rec_at(7, 300, 30, 100)).unwrap();
+    s.set_record(f, 0, &rec_at(7, 500, 50, 100)).unwrap();
+    s.set_record(f, 1, &rec_at(7, 100, 10, 100)).unwrap();
+    s.set_record(f, 2, &rec_at(8, 0, 80, 100)).unwrap();
+    s.set_record(f, 3, &inline_rec(b"zz", 10)).unwrap();
+    s.set_record(g, 0, &rec_at(u64::MAX, u64::MAX - 1, u32::MAX, 1))
+        .unwrap();
+    assert_eq!(
+        s.segment_usage().unwrap(),
+        BTreeMap::from([
+            (7, usage(3, 90)),
+            (8, usage(1, 80)),
+            (u64::MAX, usage(1, u64::from(u32::MAX)))
+        ])
+    );
+    // offset order, inline records never listed
+    assert_eq!(
+        s.records_in_segment(7).unwrap(),
+        vec![
+            loc(f, 1, rec_at(7, 100, 10, 100)),
+            loc(g, 5, rec_at(7, 300, 30, 100)),
+            loc(f, 0, rec_at(7, 500, 50, 100)),
+        ]
+    );
+    assert_eq!(s.records_in_segment(0).unwrap(), vec![]);
+    assert_eq!(s.records_in_segment(9).unwrap(), vec![]);
+    assert_eq!(
+        s.records_in_segment(u64::MAX).unwrap(),
+        vec![loc(g, 0, rec_at(u64::MAX, u64::MAX - 1, u32::MAX, 1))]
+    );
+    // replacing, truncating and unlinking move the numbers
+    s.set_record(f, 0, &rec_at(8, 80, 5, 100)).unwrap();
+    s.set_record(f, 2, &inline_rec(b"q", 100)).unwrap();
+    s.truncate_records(g, 1).unwrap();
+    assert_eq!(
+        s.segment_usage().unwrap(),
+        BTreeMap::from([
+            (7, usage(1, 10)),
+            (8, usage(1, 5)),
+            (u64::MAX, usage(1, u64::from(u32::MAX)))
+        ])
+    );
+    assert_eq!(
+        s.records_in_segment(8).unwrap(),
+        vec![loc(f, 0, rec_at(8, 80, 5, 100))]
+    );
+    s.unlink(ROOT_INO, b"g", &closed).unwrap();
+    s.unlink(ROOT_INO, b"f", &closed).unwrap();
+    assert!(s.segment_usage().unwrap().is_empty());
+    assert_eq!(s.records_in_segment(7).unwrap(), vec![]);
+}
+
+fn scan_records_paginates(s: &MetaStore) {
+    assert_eq!(s.scan_records(None, 10).unwrap(), vec![]);
+    let f = file(s, ROOT_INO, "f");
+    let e = file(s, ROOT_INO, "empty");
+    let g = file(s, ROOT_INO, "g");
+    let mut all = Vec::new();
+    for (ino, idx) in [(f, 0), (f, 1), (f, 9), (g, 2), (g, 3)] {
+        let r = if idx == 1 {
+            inline_rec(b"abc", 5)
+        } else {
+            rec_at(ino, idx * 10, 10, 10)
+        };
+        s.set_record(ino, idx, &r).unwrap();
+        all.push(loc(ino, idx, r));
+    }
+    let big = presso_meta::RECORD_INDEX_LIMIT - 1;
+    s.set_record(g, big, &rec(5, 1, 1)).unwrap();
+    all.push(loc(g, big, rec(5, 1, 1)));
+    assert_eq!(s.scan_records(None, usize::MAX).unwrap(), all);
+    for limit in 1..=all.len() + 1 {
+        let mut got = Vec::new();
+        let mut after = None;
+        loop {
+            let page = s.scan_records(after, limit).unwrap();
+            assert!(page.len() <= limit);
+            match page.last() {
+                None => break,
+                Some(l) => after = Some((l.ino, l.index)),
+            }
+            got.extend(page);
+        }
+        assert_eq!(got, all, "limit {limit}");
+    }
+    assert_eq!(s.scan_records(None, 0).unwrap(), vec![]);
+    assert_eq!(
+        s.scan_records(Some((f, 1)), 1).unwrap(),
+        vec![all[2].clone()]
+    );
+    assert_eq!(
+        s.scan_records(Some((e, u64::MAX)), 1).unwrap(),
+        vec![all[3].clone()]
+    );
+    assert_eq!(s.scan_records(Some((g, big)), 5).unwrap(), vec![]);
+    assert_eq!(s.scan_records(Some((u64::MAX, 0)), 5).unwrap(), vec![]);
+    assert_eq!(s.scan_records(Some((0, 0)), 2).unwrap(), all[..2].to_vec());
+}
+
+fn purge_orphans_removes_every_orphan(s: &MetaStore) {
+    assert_eq!(s.purge_orphans().unwrap(), vec![]);
+    let d = mkdir(s, ROOT_INO, "d");
+    let f = file(s, d, "f");
+    s.set_record(f, 0, &rec_at(1, 0, 100, 400)).unwrap();
+    s.set_record(f, 1, &inline_rec(b"tail", 4)).unwrap();
+    s.set_record(f, 2, &rec_at(1, 100, 50, 400)).unwrap();
+    s.set_xattr(f, b"user.a", b"1", XattrFlags::Any).unwrap();
+    s.set_prop(f, "compression", "lz4").unwrap();
+    let l = s.symlink(d, b"l", b"target", 0, 0).unwrap().ino;
+    let keep = file(s, d, "keep");
+    s.set_record(keep, 0, &rec_at(2, 0, 10, 10)).unwrap();
+    let linked = file(s, d, "linked");
+    s.link(linked, ROOT_INO, b"other").unwrap();
+
+    assert_eq!(s.unlink(d, b"f", &open).unwrap().fate, LinkFate::Orphaned);
+    assert_eq!(s.unlink(d, b"l", &open).unwrap().fate, LinkFate::Orphaned);
+    assert_eq!(
+        s.unlink(d, b"linked", &open).unwrap().fate,
+        LinkFate::Linked
+    );
+    assert_eq!(s.space().unwrap(), space(814, 164, 0));
+
+    let freed = s.purge_orphans().unwrap();
+    assert_eq!(freed, vec![rec_at(1, 0, 100, 400), rec_at(1, 100, 50, 400)]);
+    assert_eq!(s.getattr(f), Err(MetaError::NotFound));
+    assert_eq!(s.getattr(l), Err(MetaError::NotFound));
+    assert_eq!(s.list_props(f), Err(MetaError::NotFound));
+    assert_eq!(s.list_xattrs(f), Err(MetaError::NotFound));
+    assert_eq!(s.space().unwrap(), space(10, 10, 150));
+    assert_eq!(
+        s.segment_usage().unwrap(),
+        BTreeMap::from([(2, usage(1, 10))])
+    );
+    assert_eq!(
+        s.scan_records(None, 10).unwrap(),
+        vec![loc(keep, 0, rec_at(2, 0, 10, 10))]
+    );
+    // everything with a name is untouched
+    assert_eq!(nlink(s, linked), 1);
+    assert_eq!(nlink(s, keep), 1);
+    assert_eq!(nlink(s, d), 2);
+    assert_eq!(nlink(s, ROOT_INO), 3);
+    assert_eq!(s.purge_orphans().unwrap(), vec![]);
+    assert!(!s.forget(f).unwrap());
+}
+
+fn readers_run_while_a_writer_commits(s: &MetaStore) {
+    const RECORDS: u64 = 16;
+    const GENERATIONS: u64 = 60;
+    let f = file(s, ROOT_INO, "f");
+    // generation n: every record of f lives in segment n and the size is n
+    let generation = |n: u64| -> Vec<TxgOp> {
+        (0..RECORDS)
+            .map(|i| TxgOp::SetRecord {
+                ino: f,
+                index: i,
+                rec: rec_at(n, i * 10, 10, 100),
+            })
+            .chain([TxgOp::SetSize {
+                ino: f,
+                size: n,
+                mtime: ts(n as i64),
+            }])
+            .collect()
+    };
+    s.apply_txg(&generation(1), false).unwrap();
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let readers: Vec<_> = (0..3)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut last = 0;
+                    loop {
+                        let finished = done.load(Ordering::Acquire);
+                        let recs = s.records(f, ..).unwrap();
+                        assert_eq!(recs.len() as u64, RECORDS);
+                        let n = recs[0].1.segment;
+                        assert!(
+                            recs.iter().all(|(_, r)| r.segment == n),
+                            "a read saw half a transaction group"
+                        );
+                        assert!(n >= last, "reads went back in time");
+                        let u = s.segment_usage().unwrap();
+                        assert_eq!(u.len(), 1, "{u:?}");
+                        let (&seg, &su) = u.iter().next().unwrap();
+                        assert!(seg >= n);
+                        assert_eq!(su, usage(RECORDS, RECORDS * 10));
+                        last = n;
+                        if finished {
+                            return last;
+                        }
+                    }
+                })
+            })
+            .collect();
+        for n in 2..=GENERATIONS {
+            s.apply_txg(&generation(n), n % 20 == 0).unwrap();
+        }
+        done.store(true, Ordering::Release);
+        for r in readers {
+            assert_eq!(
+                r.join().unwrap(),
+                GENERATIONS,
+                "the last read sees the last commit"
+            );
+        }
+    });
+    assert_eq!(s.getattr(f).unwrap().size, GENERATIONS);
+    assert_eq!(
+        s.space().unwrap(),
+        space(
+            RECORDS * 100,
+            RECORDS * 10,
+            (GENERATIONS - 1) * RECORDS * 10
+        )
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // engine-level: dropped write transactions leave no trace
 
@@ -1150,6 +1803,157 @@ fn sqlite_survives_reopen() {
     // the inode counter persisted too
     let g = file(&s, d, "g");
     assert!(g > l);
+    drop(s);
+    remove_db(&path);
+}
+
+#[test]
+fn sqlite_purges_orphans_left_by_a_crash() {
+    let path = temp_db_path("crash");
+    let (f, keep) = {
+        let s = MetaStore::open_sqlite(&path).unwrap();
+        s.init().unwrap();
+        let f = file(&s, ROOT_INO, "f");
+        let keep = file(&s, ROOT_INO, "keep");
+        s.apply_txg(
+            &[
+                TxgOp::SetRecord {
+                    ino: f,
+                    index: 0,
+                    rec: rec_at(1, 0, 100, 400),
+                },
+                TxgOp::SetRecord {
+                    ino: f,
+                    index: 1,
+                    rec: inline_rec(b"x", 1),
+                },
+                TxgOp::SetRecord {
+                    ino: keep,
+                    index: 0,
+                    rec: rec_at(2, 0, 20, 80),
+                },
+            ],
+            true,
+        )
+        .unwrap();
+        s.set_xattr(f, b"user.k", b"v", XattrFlags::Any).unwrap();
+        assert_eq!(
+            s.unlink(ROOT_INO, b"f", &open).unwrap().fate,
+            LinkFate::Orphaned
+        );
+        s.symlink(ROOT_INO, b"l", b"t", 0, 0).unwrap();
+        s.unlink(ROOT_INO, b"l", &open).unwrap();
+        // the process dies here: no forget
+        (f, keep)
+    };
+    let s = MetaStore::open_sqlite(&path).unwrap();
+    s.init().unwrap();
+    assert_eq!(
+        s.getattr(f).unwrap().nlink,
+        0,
+        "the orphan survived the crash"
+    );
+    assert_eq!(s.space().unwrap(), space(481, 121, 0));
+    assert_eq!(s.purge_orphans().unwrap(), vec![rec_at(1, 0, 100, 400)]);
+    assert_eq!(s.getattr(f), Err(MetaError::NotFound));
+    assert_eq!(s.space().unwrap(), space(80, 20, 100));
+    assert_eq!(
+        s.segment_usage().unwrap(),
+        BTreeMap::from([(2, usage(1, 20))])
+    );
+    assert_eq!(
+        s.scan_records(None, 10).unwrap(),
+        vec![loc(keep, 0, rec_at(2, 0, 20, 80))]
+    );
+    assert_eq!(s.purge_orphans().unwrap(), vec![]);
+    drop(s);
+    // and the purge itself was committed
+    let s = MetaStore::open_sqlite(&path).unwrap();
+    assert_eq!(s.purge_orphans().unwrap(), vec![]);
+    assert_eq!(s.space().unwrap(), space(80, 20, 100));
+    drop(s);
+    remove_db(&path);
+}
+
+#[test]
+fn sqlite_readers_keep_their_snapshot_while_a_writer_commits() {
+    let (e, path) = sqlite_engine();
+    let mut w = e.write().unwrap();
+    w.set_counter("c", 1).unwrap();
+    w.commit().unwrap();
+
+    let mut early = e.read().unwrap();
+    assert_eq!(early.get_counter("c").unwrap(), 1);
+    let mut other = e.read().unwrap();
+    assert_eq!(other.get_counter("c").unwrap(), 1);
+    // with one shared connection this write would wait for the open readers forever
+    let mut w = e.write().unwrap();
+    w.set_counter("c", 2).unwrap();
+    w.put_record(7, 0, &rec(1, 1, 1)).unwrap();
+    assert_eq!(
+        early.get_counter("c").unwrap(),
+        1,
+        "uncommitted writes are invisible"
+    );
+    w.commit().unwrap();
+    assert_eq!(
+        early.get_counter("c").unwrap(),
+        1,
+        "a snapshot does not move"
+    );
+    assert_eq!(early.list_records(7, 0..1).unwrap(), vec![]);
+    assert_eq!(other.scan_records(None, 10).unwrap(), vec![]);
+    let mut late = e.read().unwrap();
+    assert_eq!(late.get_counter("c").unwrap(), 2);
+    assert_eq!(late.list_records(7, 0..1).unwrap().len(), 1);
+    early.commit().unwrap();
+    drop(other);
+    drop(late);
+    let mut again = e.read().unwrap();
+    assert_eq!(again.get_counter("c").unwrap(), 2);
+    drop(again);
+    drop(e);
+    remove_db(&path.unwrap());
+}
+
+#[test]
+fn sqlite_adds_missing_indexes_to_existing_databases() {
+    let path = temp_db_path("indexes");
+    let s = MetaStore::open_sqlite(&path).unwrap();
+    s.init().unwrap();
+    let f = file(&s, ROOT_INO, "f");
+    s.set_record(f, 0, &rec(4, 40, 40)).unwrap();
+    s.unlink(ROOT_INO, b"f", &open).unwrap();
+    drop(s);
+    let indexes = |c: &rusqlite::Connection| -> Vec<String> {
+        let mut st = c
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL ORDER BY name")
+            .unwrap();
+        let rows = st.query_map([], |r| r.get(0)).unwrap();
+        rows.map(|r| r.unwrap()).collect()
+    };
+    {
+        // a version-1 database from before the indexes existed
+        let c = rusqlite::Connection::open(&path).unwrap();
+        assert_eq!(indexes(&c), ["inodes_orphans", "records_by_segment"]);
+        c.execute_batch("DROP INDEX inodes_orphans; DROP INDEX records_by_segment;")
+            .unwrap();
+        assert!(indexes(&c).is_empty());
+    }
+    let s = MetaStore::open_sqlite(&path).unwrap();
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        assert_eq!(indexes(&c), ["inodes_orphans", "records_by_segment"]);
+        let v: i64 = c
+            .query_row("SELECT version FROM meta_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(v, 1);
+    }
+    assert_eq!(
+        s.segment_usage().unwrap(),
+        BTreeMap::from([(4, usage(1, 40))])
+    );
+    assert_eq!(s.purge_orphans().unwrap(), vec![rec(4, 40, 40)]);
     drop(s);
     remove_db(&path);
 }
@@ -1339,6 +2143,384 @@ mod model {
                 prop_assert_eq!(a, b, "op #{} {:?}", i, op);
             }
             prop_assert_eq!(dump(&mem.store), dump(&sql.store));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// space accounting against a model: random transaction groups mixed with unlink (closed or open),
+// truncate, orphan purges and garbage release, on every engine
+
+mod txg_model {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const SLOTS: usize = 3;
+
+    /// A frame to hand over; its offset is assigned when the step runs, so every frame is new.
+    #[derive(Debug, Clone)]
+    struct Frame {
+        segment: u64,
+        stored: u32,
+        logical: u32,
+        inline: bool,
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Set(usize, u64, Frame),
+        Clear(usize, u64),
+        /// `true`: expect the record's current location (CAS may succeed); `false`: a stale one.
+        Move(usize, u64, bool, Frame),
+        Size(usize, u64),
+    }
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Create(usize),
+        Unlink(usize, bool),
+        Truncate(usize, u64),
+        Purge,
+        Release(u64),
+        Txg(Vec<Op>, bool),
+    }
+
+    fn frame() -> impl Strategy<Value = Frame> {
+        (1u64..5, 1u32..200, 1u32..1000, prop::bool::weighted(0.2)).prop_map(
+            |(segment, stored, logical, inline)| Frame {
+                segment,
+                stored,
+                logical,
+                inline,
+            },
+        )
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        // targets >= 100 pick among every inode ever made (directory, symlink, missing, removed)
+        let target = prop_oneof![3 => 0usize..SLOTS, 1 => 100usize..200];
+        let index = 0u64..5;
+        prop_oneof![
+            5 => (target.clone(), index.clone(), frame()).prop_map(|(t, i, f)| Op::Set(t, i, f)),
+            2 => (target.clone(), index.clone()).prop_map(|(t, i)| Op::Clear(t, i)),
+            3 => (target.clone(), index, prop::bool::weighted(0.7), frame())
+                .prop_map(|(t, i, c, f)| Op::Move(t, i, c, f)),
+            1 => (target, 0u64..10_000).prop_map(|(t, n)| Op::Size(t, n)),
+        ]
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            2 => (0usize..SLOTS).prop_map(Step::Create),
+            1 => (0usize..SLOTS, any::<bool>()).prop_map(|(s, o)| Step::Unlink(s, o)),
+            1 => (0usize..SLOTS, 0u64..5).prop_map(|(s, f)| Step::Truncate(s, f)),
+            1 => Just(Step::Purge),
+            1 => (0u64..600).prop_map(Step::Release),
+            6 => (proptest::collection::vec(op(), 0..10), any::<bool>())
+                .prop_map(|(ops, d)| Step::Txg(ops, d)),
+        ]
+    }
+
+    #[derive(Debug, Default)]
+    struct Model {
+        slots: [Option<u64>; SLOTS],
+        /// Every inode ever used as a target, in creation order (some no longer exist).
+        targets: Vec<u64>,
+        /// Regular files that exist (linked or orphaned).
+        files: BTreeSet<u64>,
+        sizes: BTreeMap<u64, (u64, Timespec)>,
+        records: BTreeMap<(u64, u64), RecordRef>,
+        garbage: u64,
+        handed: u64,
+        released: u64,
+        next_offset: u64,
+    }
+
+    impl Model {
+        fn target(&self, sel: usize) -> u64 {
+            if sel < SLOTS {
+                // an empty slot names an inode that never exists
+                self.slots[sel].unwrap_or(1_000_000 + sel as u64)
+            } else {
+                self.targets[sel % self.targets.len()]
+            }
+        }
+
+        fn frame(&mut self, f: &Frame) -> RecordRef {
+            self.next_offset += 1;
+            let offset = self.next_offset * 1000;
+            if f.inline {
+                RecordRef {
+                    segment: 0,
+                    offset: 0,
+                    stored_len: f.stored % 16,
+                    logical_len: f.logical,
+                    codec: 0,
+                    checksum: offset,
+                    inline: Some(vec![0xab; (f.stored % 16) as usize]),
+                }
+            } else {
+                self.handed += u64::from(f.stored);
+                rec_at(f.segment, offset, f.stored, f.logical)
+            }
+        }
+
+        fn waste(&mut self, r: &RecordRef, list: &mut Vec<RecordRef>) {
+            if r.inline.is_none() {
+                self.garbage += u64::from(r.stored_len);
+                list.push(r.clone());
+            }
+        }
+
+        fn remove_file(&mut self, ino: u64) {
+            self.files.remove(&ino);
+            self.sizes.remove(&ino);
+            let keys: Vec<_> = self
+                .records
+                .range((ino, 0)..=(ino, u64::MAX))
+                .map(|(k, _)| *k)
+                .collect();
+            for k in keys {
+                let r = self.records.remove(&k).unwrap();
+                self.waste(&r, &mut Vec::new());
+            }
+        }
+
+        fn space(&self) -> SpaceUsage {
+            SpaceUsage {
+                logical: self
+                    .records
+                    .values()
+                    .map(|r| u64::from(r.logical_len))
+                    .sum(),
+                stored: self.records.values().map(|r| u64::from(r.stored_len)).sum(),
+                garbage: self.garbage,
+            }
+        }
+
+        fn usage(&self) -> BTreeMap<u64, SegmentUsage> {
+            let mut out: BTreeMap<u64, SegmentUsage> = BTreeMap::new();
+            for r in self.records.values().filter(|r| r.inline.is_none()) {
+                let u = out.entry(r.segment).or_default();
+                u.records += 1;
+                u.stored_bytes += u64::from(r.stored_len);
+            }
+            out
+        }
+    }
+
+    /// Runs one step on the store and the model; returns the store's and the model's outcome.
+    fn run(s: &MetaStore, m: &mut Model, step: &Step, n: usize) -> (String, String) {
+        match step {
+            Step::Create(slot) => {
+                if m.slots[*slot].is_some() {
+                    return (String::new(), String::new());
+                }
+                let ino = file(s, ROOT_INO, &format!("f{slot}"));
+                m.slots[*slot] = Some(ino);
+                m.targets.push(ino);
+                m.files.insert(ino);
+                let a = s.getattr(ino).unwrap();
+                m.sizes.insert(ino, (0, a.mtime));
+                (String::new(), String::new())
+            }
+            Step::Unlink(slot, keep_open) => {
+                let Some(ino) = m.slots[*slot].take() else {
+                    return (String::new(), String::new());
+                };
+                let is_open = |_: u64| *keep_open;
+                let u = s
+                    .unlink(ROOT_INO, format!("f{slot}").as_bytes(), &is_open)
+                    .unwrap();
+                if !keep_open {
+                    m.remove_file(ino);
+                }
+                (
+                    format!("{:?}", u.fate),
+                    format!(
+                        "{:?}",
+                        if *keep_open {
+                            LinkFate::Orphaned
+                        } else {
+                            LinkFate::Removed
+                        }
+                    ),
+                )
+            }
+            Step::Truncate(slot, from) => {
+                let Some(ino) = m.slots[*slot] else {
+                    return (String::new(), String::new());
+                };
+                let got = s.truncate_records(ino, *from).unwrap();
+                let keys: Vec<_> = m
+                    .records
+                    .range((ino, *from)..=(ino, u64::MAX))
+                    .map(|(k, _)| *k)
+                    .collect();
+                let mut want = Vec::new();
+                for k in keys {
+                    let r = m.records.remove(&k).unwrap();
+                    m.waste(&r, &mut Vec::new());
+                    want.push((k.1, r));
+                }
+                (format!("{got:?}"), format!("{want:?}"))
+            }
+            Step::Purge => {
+                let got = s.purge_orphans().unwrap();
+                let live: BTreeSet<u64> = m.slots.iter().flatten().copied().collect();
+                let orphans: Vec<u64> = m.files.difference(&live).copied().collect();
+                let mut want = Vec::new();
+                for ino in orphans {
+                    want.extend(
+                        m.records
+                            .range((ino, 0)..=(ino, u64::MAX))
+                            .map(|(_, r)| r.clone())
+                            .filter(|r| r.inline.is_none()),
+                    );
+                    m.remove_file(ino);
+                }
+                (format!("{got:?}"), format!("{want:?}"))
+            }
+            Step::Release(bytes) => {
+                s.release_garbage(*bytes).unwrap();
+                let r = (*bytes).min(m.garbage);
+                m.garbage -= r;
+                m.released += r;
+                (String::new(), String::new())
+            }
+            Step::Txg(ops, durable) => {
+                let mut want = TxgOutcome::default();
+                let mut txg = Vec::new();
+                let mtime = ts(1_000 + n as i64);
+                for op in ops {
+                    match op {
+                        Op::Set(t, index, f) => {
+                            let ino = m.target(*t);
+                            let rec = m.frame(f);
+                            txg.push(TxgOp::SetRecord {
+                                ino,
+                                index: *index,
+                                rec: rec.clone(),
+                            });
+                            if !m.files.contains(&ino) {
+                                m.waste(&rec, &mut want.not_applied);
+                            } else if let Some(old) = m.records.insert((ino, *index), rec) {
+                                m.waste(&old, &mut want.replaced);
+                            }
+                        }
+                        Op::Clear(t, index) => {
+                            let ino = m.target(*t);
+                            txg.push(TxgOp::ClearRecord { ino, index: *index });
+                            if m.files.contains(&ino) {
+                                if let Some(old) = m.records.remove(&(ino, *index)) {
+                                    m.waste(&old, &mut want.replaced);
+                                }
+                            }
+                        }
+                        Op::Move(t, index, current, f) => {
+                            let ino = m.target(*t);
+                            let rec = m.frame(f);
+                            let cur = m.records.get(&(ino, *index)).cloned();
+                            let (from_segment, from_offset) = match &cur {
+                                Some(c) if *current => (c.segment, c.offset),
+                                _ => (f.segment, u64::MAX - 1),
+                            };
+                            txg.push(TxgOp::MoveRecord {
+                                ino,
+                                index: *index,
+                                from_segment,
+                                from_offset,
+                                rec: rec.clone(),
+                            });
+                            let matches = m.files.contains(&ino)
+                                && cur.as_ref().is_some_and(|c| {
+                                    c.inline.is_none()
+                                        && (c.segment, c.offset) == (from_segment, from_offset)
+                                });
+                            if matches {
+                                let old = m.records.insert((ino, *index), rec).unwrap();
+                                m.waste(&old, &mut want.replaced);
+                            } else {
+                                m.waste(&rec, &mut want.not_applied);
+                            }
+                        }
+                        Op::Size(t, size) => {
+                            let ino = m.target(*t);
+                            txg.push(TxgOp::SetSize {
+                                ino,
+                                size: *size,
+                                mtime,
+                            });
+                            if m.files.contains(&ino) {
+                                m.sizes.insert(ino, (*size, mtime));
+                            }
+                        }
+                    }
+                }
+                let got = s.apply_txg(&txg, *durable).unwrap();
+                (format!("{got:?}"), format!("{want:?}"))
+            }
+        }
+    }
+
+    fn check(s: &MetaStore, m: &Model) -> Result<(), TestCaseError> {
+        prop_assert_eq!(s.space().unwrap(), m.space());
+        let usage = s.segment_usage().unwrap();
+        prop_assert_eq!(&usage, &m.usage());
+        let live: u64 = usage.values().map(|u| u.stored_bytes).sum();
+        prop_assert_eq!(
+            live + m.garbage,
+            m.handed - m.released,
+            "frames handed over - released"
+        );
+        Ok(())
+    }
+
+    fn check_final(s: &MetaStore, m: &Model) -> Result<(), TestCaseError> {
+        let all: Vec<RecordLocation> = m
+            .records
+            .iter()
+            .map(|(&(ino, index), r)| loc(ino, index, r.clone()))
+            .collect();
+        prop_assert_eq!(s.scan_records(None, usize::MAX).unwrap(), all.clone());
+        for seg in 0..6 {
+            let mut want: Vec<RecordLocation> = all
+                .iter()
+                .filter(|l| l.rec.inline.is_none() && l.rec.segment == seg)
+                .cloned()
+                .collect();
+            want.sort_by_key(|l| (l.rec.offset, l.ino, l.index));
+            prop_assert_eq!(s.records_in_segment(seg).unwrap(), want);
+        }
+        for (&ino, &(size, mtime)) in &m.sizes {
+            let a = s.getattr(ino).unwrap();
+            prop_assert_eq!((a.size, a.mtime), (size, mtime));
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        #[test]
+        fn txg_accounting_matches_model(steps in proptest::collection::vec(step(), 1..40)) {
+            for make in [memory_engine as fn() -> _, sqlite_engine] {
+                let fx = fixture(make);
+                let s = &fx.store;
+                let mut m = Model::default();
+                m.targets.push(mkdir(s, ROOT_INO, "d"));
+                m.targets.push(s.symlink(ROOT_INO, b"l", b"t", 0, 0).unwrap().ino);
+                m.targets.push(999_999);
+                for (n, step) in steps.iter().enumerate() {
+                    let (got, want) = run(s, &mut m, step, n);
+                    prop_assert_eq!(got, want, "step #{} {:?}", n, step);
+                    check(s, &m)?;
+                }
+                check_final(s, &m)?;
+            }
         }
     }
 }
