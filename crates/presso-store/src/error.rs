@@ -106,6 +106,12 @@ pub enum StoreError {
         /// Why it is refused.
         reason: &'static str,
     },
+    /// Another process (or another `Store` in this one) has the pool open.
+    #[error("the pool is in use by another presso process{}; unmount it first", .pid.map(|p| format!(" (pid {p})")).unwrap_or_default())]
+    InUse {
+        /// Process id of the holder, when it could be read from the lock file.
+        pid: Option<u32>,
+    },
     /// A sync failed earlier; after a failed fsync the kernel may have dropped the dirty data, so
     /// the store refuses further writes until the pool is reopened (which runs recovery).
     #[error("the store refuses writes after a failed sync ({reason}); reopen the pool to recover")]

@@ -4,10 +4,14 @@
 //!
 //! [`FsDir`]/[`FsStorage`] use real files (`pread`/`pwrite` through `FileExt`, `fdatasync`);
 //! [`crate::sim::SimDir`] simulates crashes, torn writes and I/O faults for tests.
+//!
+//! [`StorageDir::lock`] takes the pool's exclusive lock: on real files an `flock` on
+//! [`LOCK_FILE`], which the kernel releases when the process dies however it dies.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -33,6 +37,43 @@ pub trait Storage: Send + Sync {
     fn set_len(&self, len: u64) -> io::Result<()>;
 }
 
+/// Name of the lock file in the pool directory. It holds the process id of the last holder of
+/// the lock, for messages; the lock itself is the `flock` on it, not its existence, so the file
+/// stays when the pool is closed.
+pub const LOCK_FILE: &str = "presso.lock";
+
+/// Why [`StorageDir::lock`] did not take the lock.
+#[derive(Debug)]
+pub enum LockError {
+    /// Someone else holds it.
+    Held {
+        /// The holder's process id, when known.
+        pid: Option<u32>,
+    },
+    /// The lock file could not be opened or locked.
+    Io(io::Error),
+}
+
+/// The exclusive lock on a pool directory, held until this value is dropped.
+pub struct DirLock {
+    _held: Box<dyn Send + Sync>,
+}
+
+impl DirLock {
+    /// A lock that `held` keeps: dropping `held` must release it.
+    pub fn new(held: impl Send + Sync + 'static) -> Self {
+        Self {
+            _held: Box::new(held),
+        }
+    }
+}
+
+impl std::fmt::Debug for DirLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DirLock")
+    }
+}
+
 /// The pool directory: a flat namespace of files.
 pub trait StorageDir: Send + Sync {
     /// Creates a new empty file; fails with `AlreadyExists` if it exists.
@@ -49,6 +90,11 @@ pub trait StorageDir: Send + Sync {
     fn sync_dir(&self) -> io::Result<()>;
     /// A human-readable name of the directory, for messages.
     fn describe(&self) -> String;
+    /// Takes the directory's exclusive lock without waiting. It fails with
+    /// [`LockError::Held`] while another holder — another process, or another lock taken in
+    /// this one — has it, and is released when the returned [`DirLock`] is dropped or the
+    /// process dies.
+    fn lock(&self) -> Result<DirLock, LockError>;
 
     /// Creates segment file `number` (`seg-<number>.dat`).
     fn create_segment(&self, number: u64) -> io::Result<Arc<dyn Storage>> {
@@ -183,4 +229,56 @@ impl StorageDir for FsDir {
     fn describe(&self) -> String {
         self.path.display().to_string()
     }
+
+    fn lock(&self) -> Result<DirLock, LockError> {
+        // Rust opens with O_CLOEXEC, so a child process (a mount helper, say) does not keep the
+        // lock alive after we are gone; only between its fork and its exec does it share it.
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o644)
+            .open(self.path.join(LOCK_FILE))
+            .map_err(LockError::Io)?;
+        loop {
+            // SAFETY: `file` owns an open descriptor for the whole call; flock takes no pointers.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if rc == 0 {
+                break;
+            }
+            let err = io::Error::last_os_error();
+            match err.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EWOULDBLOCK) => {
+                    return Err(LockError::Held {
+                        pid: read_pid(&file),
+                    })
+                }
+                _ => return Err(LockError::Io(err)),
+            }
+        }
+        // The pid is only for the message of whoever is refused next. Failing to write it (a
+        // full disk, which is exactly when the pool must still open) leaves the lock valid.
+        let pid = format!("{}\n", std::process::id());
+        if file.set_len(0).is_ok() {
+            let _ = file.write_all_at(pid.as_bytes(), 0);
+        }
+        Ok(DirLock::new(file))
+    }
+}
+
+/// The process id written in a lock file, if it holds one.
+fn read_pid(file: &File) -> Option<u32> {
+    let mut buf = [0u8; 16];
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read_at(&mut buf[n..], n as u64) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return None,
+        }
+    }
+    std::str::from_utf8(&buf[..n]).ok()?.trim().parse().ok()
 }

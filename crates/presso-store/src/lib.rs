@@ -12,10 +12,12 @@
 //! All I/O goes through the [`io::Storage`] / [`io::StorageDir`] traits: real files
 //! ([`io::FsDir`]) or a simulation with crashes, torn writes and injected faults ([`sim::SimDir`]).
 //!
+//! An open [`Store`] holds the pool's exclusive lock (an `flock` on `presso.lock`): a second
+//! open, from any process, fails with [`StoreError::InUse`].
+//!
 //! Not built yet: transaction-group commit with the metadata, garbage collection (only the
-//! accounting exists: [`Store::mark_dead`], [`Store::live_fraction`]), scrub, and a lock against
-//! two processes opening one pool. This crate must not depend on presso-codec or presso-meta;
-//! presso-fs wires them together.
+//! accounting exists: [`Store::mark_dead`], [`Store::live_fraction`]) and scrub. This crate must
+//! not depend on presso-codec or presso-meta; presso-fs wires them together.
 
 #![deny(missing_docs)]
 
@@ -28,7 +30,7 @@ pub mod sim;
 
 pub use error::{Result, StoreError};
 pub use header::PoolHeader;
-pub use io::{FsDir, FsStorage, Storage, StorageDir};
+pub use io::{DirLock, FsDir, FsStorage, LockError, Storage, StorageDir, LOCK_FILE};
 pub use pool::{
     Location, Position, RecoveryReport, SegmentStats, Store, StoreConfig, DEFAULT_SEGMENT_SIZE,
 };

@@ -18,7 +18,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::error::{io_error, Result, StoreError};
 use crate::header::{PoolHeader, FIXED_LEN, MAX_PROPERTIES_LEN, POOL_FILE, POOL_TMP_FILE};
-use crate::io::{Storage, StorageDir};
+use crate::io::{DirLock, LockError, Storage, StorageDir, LOCK_FILE};
 use crate::segment::{
     decode_entry_header, encode_entry_header, scan_segment, segment_file_name, SegmentHeader,
     ENTRY_HEADER_LEN, MAX_PAYLOAD_LEN, SEGMENT_HEADER_LEN,
@@ -132,6 +132,8 @@ pub struct Store {
     durable: Mutex<Position>,
     corruptions: AtomicU64,
     recovery: RecoveryReport,
+    /// Last, so it is released only after every file of the pool is closed.
+    _lock: DirLock,
 }
 
 impl std::fmt::Debug for Store {
@@ -152,6 +154,7 @@ impl Store {
         config: StoreConfig,
     ) -> Result<Self> {
         let header = PoolHeader::new(properties)?;
+        let lock = lock_dir(dir.as_ref())?;
         let names = dir
             .list()
             .map_err(|e| io_error(&dir.describe(), 0, "list", e))?;
@@ -185,13 +188,26 @@ impl Store {
             .map_err(|e| io_error(POOL_FILE, 0, "rename", e))?;
         dir.sync_dir()
             .map_err(|e| io_error(&dir.describe(), 0, "sync directory", e))?;
-        Self::open(dir, config)
+        Self::open_locked(dir, config, header, lock)
     }
 
-    /// Reads the pool header (refusing a non-pool or a newer version), opens every segment,
-    /// recovers the last one and makes it ready for appends.
+    /// Reads the pool header (refusing a non-pool or a newer version), takes the pool's lock
+    /// (refusing a pool in use: [`StoreError::InUse`]), opens every segment, recovers the last
+    /// one and makes it ready for appends. The lock is held until the store is dropped.
     pub fn open(dir: Arc<dyn StorageDir>, config: StoreConfig) -> Result<Self> {
+        // The header first: a directory that is not a pool gets no lock file. The header never
+        // changes after creation, so reading it before locking is safe.
         let header = read_pool_header(dir.as_ref())?;
+        let lock = lock_dir(dir.as_ref())?;
+        Self::open_locked(dir, config, header, lock)
+    }
+
+    fn open_locked(
+        dir: Arc<dyn StorageDir>,
+        config: StoreConfig,
+        header: PoolHeader,
+        lock: DirLock,
+    ) -> Result<Self> {
         let numbers = dir
             .list_segments()
             .map_err(|e| io_error(&dir.describe(), 0, "list", e))?;
@@ -242,6 +258,7 @@ impl Store {
             durable: Mutex::new(durable),
             corruptions: AtomicU64::new(0),
             recovery,
+            _lock: lock,
         })
     }
 
@@ -500,6 +517,14 @@ impl Store {
         a.current = seg;
         Ok(())
     }
+}
+
+/// Takes the pool directory's lock.
+fn lock_dir(dir: &dyn StorageDir) -> Result<DirLock> {
+    dir.lock().map_err(|e| match e {
+        LockError::Held { pid } => StoreError::InUse { pid },
+        LockError::Io(e) => io_error(LOCK_FILE, 0, "lock", e),
+    })
 }
 
 fn stats_of(seg: &Segment) -> SegmentStats {

@@ -8,6 +8,9 @@
 //! Directory operations (create, rename, remove) are durable at once; `sync_dir` is a no-op.
 //! Handles opened before a crash fail afterwards (like a process that died).
 //!
+//! [`StorageDir::lock`] is an in-memory flag shared by the clones of one `SimDir`: a second lock
+//! fails while the first is held, and dropping the lock or a crash releases it.
+//!
 //! Faults: [`SimDir::fail_next_write`] and [`SimDir::fail_next_sync`] make the next `write_at` or
 //! `sync` of any file fail with the given errno (`libc::EIO`, `libc::ENOSPC`, ...);
 //! [`SimDir::set_space_budget`] caps the total live bytes of all files: a write that would pass it
@@ -20,7 +23,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use rand::Rng;
 
-use crate::io::{Storage, StorageDir};
+use crate::io::{DirLock, LockError, Storage, StorageDir};
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -60,6 +63,9 @@ struct SimState {
     fail_write: Option<i32>,
     fail_sync: Option<i32>,
     budget: Option<u64>,
+    /// Token of the lock holder.
+    lock: Option<u64>,
+    next_lock: u64,
     writes: u64,
     syncs: u64,
 }
@@ -167,6 +173,11 @@ impl SimDir {
         st.next_id += 1;
     }
 
+    /// Whether the directory's lock is held.
+    pub fn is_locked(&self) -> bool {
+        self.state.lock().lock.is_some()
+    }
+
     /// Number of `write_at` and `sync` calls so far.
     pub fn io_counts(&self) -> (u64, u64) {
         let st = self.state.lock();
@@ -177,8 +188,25 @@ impl SimDir {
 impl SimState {
     fn after_crash(&mut self) {
         self.generation += 1;
+        self.lock = None;
         self.fail_write = None;
         self.fail_sync = None;
+    }
+}
+
+/// Releases a [`SimDir`]'s lock when dropped, unless a crash already did (and someone else may
+/// hold it now).
+struct SimLock {
+    state: Arc<Mutex<SimState>>,
+    token: u64,
+}
+
+impl Drop for SimLock {
+    fn drop(&mut self) {
+        let mut st = self.state.lock();
+        if st.lock == Some(self.token) {
+            st.lock = None;
+        }
     }
 }
 
@@ -351,5 +379,22 @@ impl StorageDir for SimDir {
 
     fn describe(&self) -> String {
         "<simulated directory>".to_string()
+    }
+
+    fn lock(&self) -> Result<DirLock, LockError> {
+        let mut st = self.state.lock();
+        if st.lock.is_some() {
+            // Every holder of a simulated directory lives in this process.
+            return Err(LockError::Held {
+                pid: Some(std::process::id()),
+            });
+        }
+        let token = st.next_lock;
+        st.next_lock += 1;
+        st.lock = Some(token);
+        Ok(DirLock::new(SimLock {
+            state: self.state.clone(),
+            token,
+        }))
     }
 }

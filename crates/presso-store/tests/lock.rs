@@ -1,0 +1,139 @@
+//! The pool lock: one open store per pool, across processes and within one.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{config, TempDir};
+use presso_store::{FsDir, SimDir, Store, StoreError, LOCK_FILE};
+
+const CHILD_ENV: &str = "PRESSO_STORE_LOCK_CHILD";
+/// What the child prints once it holds the lock (libtest may print its own text before it on
+/// the same line).
+const HELD: &str = "presso-store-lock-held";
+
+/// An flock belongs to the open file description, which a child shares from fork until its
+/// exec closes the descriptor: while one test spawns a process, another test's lock could
+/// outlive its drop. The tests that take real locks run one at a time.
+static REAL_LOCKS: Mutex<()> = Mutex::new(());
+
+fn assert_in_use(err: StoreError, pid: Option<u32>) {
+    match &err {
+        StoreError::InUse { pid: got } => assert_eq!(*got, pid),
+        other => panic!("{other}"),
+    }
+    let msg = err.to_string();
+    assert!(msg.contains("in use by another presso process"), "{msg}");
+    assert!(msg.contains("unmount it first"), "{msg}");
+    if let Some(pid) = pid {
+        assert!(msg.contains(&format!("(pid {pid})")), "{msg}");
+    }
+}
+
+#[test]
+fn second_open_in_one_process_is_refused_until_drop() {
+    let _serial = REAL_LOCKS.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = TempDir::new("lock");
+    let store = Store::create(tmp.dir(), Default::default(), config(1 << 20)).unwrap();
+    let me = Some(std::process::id());
+    assert_in_use(Store::open(tmp.dir(), config(1 << 20)).unwrap_err(), me);
+    assert_in_use(
+        Store::create(tmp.dir(), Default::default(), config(1 << 20)).unwrap_err(),
+        me,
+    );
+    let held = std::fs::read_to_string(tmp.path().join(LOCK_FILE)).unwrap();
+    assert_eq!(held.trim(), std::process::id().to_string());
+    drop(store);
+    let store = Store::open(tmp.dir(), config(1 << 20)).unwrap();
+    store.append(b"after the first one closed").unwrap();
+}
+
+#[test]
+fn a_directory_that_is_no_pool_gets_no_lock_file() {
+    let tmp = TempDir::new("nolock");
+    let err = Store::open(tmp.dir(), config(1 << 20)).unwrap_err();
+    assert!(matches!(err, StoreError::NotAPool { .. }), "{err}");
+    assert!(!tmp.path().join(LOCK_FILE).exists());
+}
+
+/// Not a test on its own: the process that holds the lock for
+/// `lock_held_by_another_process_is_released_by_kill`. Without the variable it does nothing.
+#[test]
+fn lock_holder_child() {
+    let Ok(path) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let _store = Store::open(Arc::new(FsDir::open(path).unwrap()), config(1 << 20)).unwrap();
+    println!("{HELD}");
+    // Killed by the parent; the deadline only bounds an orphan's life.
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+#[test]
+fn lock_held_by_another_process_is_released_by_kill() {
+    let _serial = REAL_LOCKS.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = TempDir::new("lockproc");
+    drop(Store::create(tmp.dir(), Default::default(), config(1 << 20)).unwrap());
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "lock_holder_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, tmp.path())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let start = Instant::now();
+    loop {
+        match lines.next() {
+            Some(Ok(line)) if line.trim_end().ends_with(HELD) => break,
+            Some(Ok(_)) => assert!(start.elapsed() < Duration::from_secs(30)),
+            other => {
+                let _ = child.kill();
+                panic!("the child did not take the lock: {other:?}");
+            }
+        }
+    }
+    let refused = Store::open(tmp.dir(), config(1 << 20));
+    // SIGKILL: no destructor runs in the child; the kernel drops the lock with its descriptors.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_in_use(refused.unwrap_err(), Some(child.id()));
+    let store = Store::open(tmp.dir(), config(1 << 20)).unwrap();
+    store.append(b"the child is gone").unwrap();
+}
+
+#[test]
+fn simulated_lock_released_by_drop_and_by_crash() {
+    let sim = SimDir::new();
+    let dir = || -> Arc<dyn presso_store::StorageDir> { Arc::new(sim.clone()) };
+    let first = Store::create(dir(), Default::default(), config(1 << 20)).unwrap();
+    assert!(sim.is_locked());
+    assert!(matches!(
+        Store::open(dir(), config(1 << 20)),
+        Err(StoreError::InUse { .. })
+    ));
+    drop(first);
+    assert!(!sim.is_locked());
+
+    // A crash is the death of the process: its lock goes with it, and the dead store's late
+    // drop must not release the lock a new store has taken since.
+    let dead = Store::open(dir(), config(1 << 20)).unwrap();
+    sim.crash();
+    assert!(!sim.is_locked());
+    let alive = Store::open(dir(), config(1 << 20)).unwrap();
+    drop(dead);
+    assert!(sim.is_locked());
+    assert!(matches!(
+        Store::open(dir(), config(1 << 20)),
+        Err(StoreError::InUse { .. })
+    ));
+    drop(alive);
+    Store::open(dir(), config(1 << 20)).unwrap();
+}
