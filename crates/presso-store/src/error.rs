@@ -18,9 +18,9 @@ pub enum StoreError {
         #[source]
         source: io::Error,
     },
-    /// The device is full (ENOSPC). Nothing partial became visible; appends work again once
-    /// space is freed.
-    #[error("{file} at offset {offset}: no space left on device ({op})")]
+    /// The host file system holding the pool is full (ENOSPC). Nothing partial became visible;
+    /// appends work again once space is freed.
+    #[error("{file} at offset {offset}: {op} failed: the host file system holding the pool is full (no space left on device); free space there")]
     NoSpace {
         /// File name inside the pool directory.
         file: String,
@@ -112,6 +112,28 @@ pub enum StoreError {
         /// Process id of the holder, when it could be read from the lock file.
         pid: Option<u32>,
     },
+    /// A segment number that names no segment of this store (never created, or removed).
+    #[error("segment {segment} does not exist (never created, or removed)")]
+    NoSuchSegment {
+        /// The segment number asked for.
+        segment: u64,
+    },
+    /// An operation meant for sealed segments was asked of the segment open for appends.
+    #[error("segment {segment} is the segment open for appends; roll it first")]
+    CurrentSegment {
+        /// The segment number asked for.
+        segment: u64,
+    },
+    /// More live bytes claimed for a segment than it holds.
+    #[error("segment {segment}: {live} live entry bytes claimed, but it holds only {total}")]
+    LiveBytesTooLarge {
+        /// Segment number.
+        segment: u64,
+        /// Live entry bytes claimed.
+        live: u64,
+        /// Entry bytes the segment holds.
+        total: u64,
+    },
     /// A sync failed earlier; after a failed fsync the kernel may have dropped the dirty data, so
     /// the store refuses further writes until the pool is reopened (which runs recovery).
     #[error("the store refuses writes after a failed sync ({reason}); reopen the pool to recover")]
@@ -119,6 +141,35 @@ pub enum StoreError {
         /// The error that poisoned the store.
         reason: String,
     },
+}
+
+impl StoreError {
+    /// The errno this error should surface as at a system-call boundary (the FUSE layer):
+    /// `ENOSPC` for a full host file system, `EBUSY` for a pool in use, `EIO` for damage, failed
+    /// I/O and a poisoned store, and the closest errno for the rest.
+    pub fn errno(&self) -> i32 {
+        match self {
+            StoreError::NoSpace { .. } => libc::ENOSPC,
+            // A read-only or over-quota host is the user's to fix and says so; anything else the
+            // host reported is an I/O error of the pool, whatever the internal call was.
+            StoreError::Io { source, .. } => match source.raw_os_error() {
+                Some(e @ (libc::EROFS | libc::EDQUOT)) => e,
+                _ => libc::EIO,
+            },
+            StoreError::Corrupt { .. }
+            | StoreError::CorruptEntry { .. }
+            | StoreError::BadLocation { .. }
+            | StoreError::NoSuchSegment { .. }
+            | StoreError::Failed { .. } => libc::EIO,
+            StoreError::NotAPool { .. }
+            | StoreError::BadProperty { .. }
+            | StoreError::LiveBytesTooLarge { .. } => libc::EINVAL,
+            StoreError::NewerVersion { .. } => libc::EPROTONOSUPPORT,
+            StoreError::TooLarge { .. } => libc::EFBIG,
+            StoreError::AlreadyExists { .. } => libc::EEXIST,
+            StoreError::InUse { .. } | StoreError::CurrentSegment { .. } => libc::EBUSY,
+        }
+    }
 }
 
 /// Builds the error for a failed I/O call; ENOSPC becomes [`StoreError::NoSpace`].

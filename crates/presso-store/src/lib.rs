@@ -15,9 +15,13 @@
 //! An open [`Store`] holds the pool's exclusive lock (an `flock` on `presso.lock`): a second
 //! open, from any process, fails with [`StoreError::InUse`].
 //!
-//! Not built yet: transaction-group commit with the metadata, garbage collection (only the
-//! accounting exists: [`Store::mark_dead`], [`Store::live_fraction`]) and scrub. This crate must
-//! not depend on presso-codec or presso-meta; presso-fs wires them together.
+//! For the layer above (presso-fs), which joins the store and the metadata into transaction
+//! groups, garbage collection and scrub: [`Store::segments`], [`Store::roll`] and
+//! [`Store::remove_segment`] to collect whole segments, [`Store::entries`] to list and verify a
+//! segment's entries, [`Store::mark_dead`] / [`Store::set_live_bytes`] /
+//! [`Store::live_fraction`] for the live-space accounting, [`Store::disk_usage`], and
+//! [`StoreError::errno`] for the system-call boundary. The commit protocol (store sync, then
+//! metadata commit) lives there too. This crate must not depend on presso-codec or presso-meta.
 
 #![deny(missing_docs)]
 
@@ -32,7 +36,8 @@ pub use error::{Result, StoreError};
 pub use header::PoolHeader;
 pub use io::{DirLock, FsDir, FsStorage, LockError, Storage, StorageDir, LOCK_FILE};
 pub use pool::{
-    Location, Position, RecoveryReport, SegmentStats, Store, StoreConfig, DEFAULT_SEGMENT_SIZE,
+    Location, Position, RecoveryReport, SegmentEntries, SegmentStats, Store, StoreConfig,
+    DEFAULT_SEGMENT_SIZE,
 };
-pub use segment::EnvelopeError;
+pub use segment::{DamagedEntry, EnvelopeError, ENTRY_HEADER_LEN};
 pub use sim::{SimDir, SimStorage};

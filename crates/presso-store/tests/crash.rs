@@ -16,6 +16,8 @@ struct Tally {
     survived: u64,
     lost: u64,
     reopens: u64,
+    rolls: u64,
+    removed_segments: u64,
     append_errors: u64,
     torn_discards: u64,
 }
@@ -98,7 +100,7 @@ fn run_sequence(seed: u64, steps: usize, tally: &mut Tally) {
     for step in 0..steps {
         let ctx = format!("seed {seed} step {step}");
         let s = store.as_ref().unwrap();
-        match rng.gen_range(0..100) {
+        match rng.gen_range(0..106) {
             0..=54 => {
                 let len = if rng.gen_bool(0.1) {
                     0
@@ -159,6 +161,45 @@ fn run_sequence(seed: u64, steps: usize, tally: &mut Tally) {
                 }
             }
             78..=82 => sim.set_space_budget(None),
+            83..=85 => match s.roll() {
+                Ok(sealed) => {
+                    assert!(!poisoned, "{ctx}");
+                    assert_eq!(s.current_segment(), sealed + 1, "{ctx}");
+                    tally.rolls += 1;
+                    for e in model.iter_mut() {
+                        e.synced = true;
+                    }
+                }
+                Err(StoreError::Failed { .. }) => assert!(poisoned, "{ctx}"),
+                Err(e) => {
+                    assert!(armed, "{ctx}: unexpected {e}");
+                    poisoned = s.is_failed();
+                }
+            },
+            86..=88 => {
+                // What GC does once nothing references a sealed segment any more.
+                let sealed: Vec<u64> = s
+                    .segments()
+                    .into_iter()
+                    .filter(|&n| n != s.current_segment())
+                    .collect();
+                if !sealed.is_empty() {
+                    let n = sealed[rng.gen_range(0..sealed.len())];
+                    s.remove_segment(n)
+                        .unwrap_or_else(|e| panic!("{ctx}: remove {n}: {e}"));
+                    tally.removed_segments += 1;
+                    model.retain(|e| {
+                        if e.loc.segment != n {
+                            return true;
+                        }
+                        assert!(
+                            matches!(s.read(e.loc), Err(StoreError::NoSuchSegment { .. })),
+                            "{ctx}"
+                        );
+                        false
+                    });
+                }
+            }
             _ => {
                 let crash = rng.gen_range(0..3);
                 drop(store.take());
@@ -203,6 +244,7 @@ fn crash_consistency_against_model() {
     assert!(
         tally.survived > 0 && tally.lost > 0 && tally.torn_discards > 0 && tally.append_errors > 0
     );
+    assert!(tally.rolls > 0 && tally.removed_segments > 0);
 }
 
 #[test]
@@ -217,7 +259,16 @@ fn enospc_mid_append_then_space_freed() {
     sim.set_space_budget(Some(sim.used_bytes() + 200));
     let before = store.append_position();
     match store.append(&payload(99, 500)) {
-        Err(StoreError::NoSpace { file, offset, .. }) => {
+        Err(e @ StoreError::NoSpace { .. }) => {
+            assert_eq!(e.errno(), libc::ENOSPC);
+            let msg = e.to_string();
+            assert!(
+                msg.contains("host file system holding the pool is full"),
+                "{msg}"
+            );
+            let StoreError::NoSpace { file, offset, .. } = e else {
+                unreachable!()
+            };
             assert_eq!(file, segment_file_name(1));
             assert_eq!(offset, before.offset);
         }
@@ -274,7 +325,10 @@ fn eio_on_write_leaves_store_usable() {
     let a = store.append(b"first").unwrap();
     sim.fail_next_write(libc::EIO);
     match store.append(b"second") {
-        Err(e @ StoreError::Io { .. }) => assert!(e.to_string().contains("seg-1.dat"), "{e}"),
+        Err(e @ StoreError::Io { .. }) => {
+            assert!(e.to_string().contains("seg-1.dat"), "{e}");
+            assert_eq!(e.errno(), libc::EIO);
+        }
         other => panic!("{other:?}"),
     }
     let b = store.append(b"third").unwrap();

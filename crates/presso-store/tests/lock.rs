@@ -25,6 +25,7 @@ fn assert_in_use(err: StoreError, pid: Option<u32>) {
         StoreError::InUse { pid: got } => assert_eq!(*got, pid),
         other => panic!("{other}"),
     }
+    assert_eq!(err.errno(), libc::EBUSY);
     let msg = err.to_string();
     assert!(msg.contains("in use by another presso process"), "{msg}");
     assert!(msg.contains("unmount it first"), "{msg}");

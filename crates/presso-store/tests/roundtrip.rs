@@ -61,8 +61,11 @@ fn empty_payload_and_entry_larger_than_segment() {
 fn bad_locations_are_refused() {
     let (_sim, store) = sim_store(1 << 20);
     let loc = store.append(b"hello world").unwrap();
+    match store.read(Location { segment: 99, ..loc }) {
+        Err(StoreError::NoSuchSegment { segment: 99 }) => {}
+        other => panic!("{other:?}"),
+    }
     let cases = [
-        Location { segment: 99, ..loc },
         Location { offset: 0, ..loc },
         Location {
             offset: loc.offset + 1,
