@@ -1,4 +1,27 @@
 //! presso-fs: POSIX file-system semantics over the engine, the store and the metadata, and a thin
 //! FUSE adapter.
 //!
-//! Not built yet: this crate is a placeholder in the workspace layout.
+//! - [`pool`]: one pool directory = segment store + metadata + compression engine, joined by
+//!   transaction groups (the commit protocol is documented there and in docs/design.md).
+//! - [`vfs`]: open files, record assembly, asynchronous compression, caches, readahead.
+//! - [`fuse`]: the `fuser` adapter; errno mapping happens only there ([`FsError::errno`]).
+//! - [`daemon`]: serving a mount until unmount or a signal; [`control`]: its socket.
+//! - [`maintenance`]: garbage collection and scrub; [`status`]: what `presso status` shows.
+//! - [`props`]: the property table; [`units`]: sizes.
+//!
+//! The store and metadata crates do not know each other; this crate is where they meet, which is
+//! why transaction groups, GC and scrub live here rather than in presso-store.
+
+pub mod cache;
+pub mod control;
+pub mod daemon;
+mod error;
+pub mod fuse;
+pub mod maintenance;
+pub mod pool;
+pub mod props;
+pub mod status;
+pub mod units;
+pub mod vfs;
+
+pub use error::{FsError, Result};

@@ -47,7 +47,7 @@ use presso_codec::{
 };
 use serde::Serialize;
 
-use crate::units::{format_size, parse_record_size};
+use presso_fs::units::{format_size, parse_record_size};
 
 /// Codecs measured when `--codecs` is not given.
 const DEFAULT_CODECS: &[&str] = &[

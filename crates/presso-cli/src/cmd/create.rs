@@ -1,0 +1,57 @@
+//! `presso create`: makes a new pool directory.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use presso_fs::pool::Pool;
+use presso_fs::props;
+
+/// Create a pool: a directory on any local file system holding compressed segments and the
+/// metadata database.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  presso create /srv/pool
+  presso create /srv/pool -o compression=zstd-3 -o recordsize=1M
+  presso create /srv/pool -o compression=gzip-6 -o offload=off -o threshold=20%
+
+Properties (set here for the whole pool; `presso set` changes them per directory later):
+  compression  off, zle, lz4, gzip-1..9, zstd-1..19          (default gzip-6)
+  recordsize   power of two from 4K to 16M                   (default 128K)
+  threshold    minimum saving to keep a record compressed    (default 12.5%)
+  offload      auto, on, off: use the accelerator (ISA-L)    (default auto)")]
+pub struct CreateArgs {
+    /// Directory of the new pool (created if missing; must not hold a pool).
+    pub pool: PathBuf,
+    /// A property, as NAME=VALUE; repeatable.
+    #[arg(short = 'o', value_name = "NAME=VALUE")]
+    pub options: Vec<String>,
+}
+
+/// Runs `presso create`.
+pub fn run(args: CreateArgs) -> Result<()> {
+    let mut properties = Vec::new();
+    for option in &args.options {
+        for part in option.split(',') {
+            properties.push(props::parse_assignment(part).map_err(anyhow::Error::msg)?);
+        }
+    }
+    Pool::create(&args.pool, &properties)
+        .with_context(|| format!("cannot create a pool in {}", args.pool.display()))?;
+    let shown: Vec<String> = props::PROPS
+        .iter()
+        .map(|p| {
+            let value = properties
+                .iter()
+                .find(|(n, _)| n == p.name)
+                .map_or(p.default, |(_, v)| v.as_str());
+            format!("{}={value}", p.name)
+        })
+        .collect();
+    println!(
+        "created pool {} ({})",
+        args.pool.display(),
+        shown.join(", ")
+    );
+    Ok(())
+}

@@ -1,0 +1,214 @@
+//! `presso mount`: serves a pool at a mount point, in the background unless `-f`. The same code
+//! runs as the mount helper (`mount -t fuse.presso POOL DIR`, /etc/fstab).
+
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use presso_fs::daemon::{self, MountConfig};
+
+/// Mount a pool.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  presso mount /srv/pool /mnt/data
+  presso mount /srv/pool /mnt/data -o allow_other
+  presso mount -f /srv/pool /mnt/data      # stay in the foreground (logs to stderr)
+  mount -t fuse.presso /srv/pool /mnt/data # with the mount helper installed:
+                                           #   ln -s $(command -v presso) /sbin/mount.fuse.presso
+  fstab: /srv/pool /mnt/data fuse.presso defaults,allow_other 0 0
+
+Mount options (-o, comma-separated): allow_other (other users may enter, permissions still apply),
+ro, rw. The mount is private to its owner otherwise. `presso unmount` (or SIGTERM to the daemon)
+flushes everything to the pool.")]
+pub struct MountArgs {
+    /// The pool directory.
+    pub pool: PathBuf,
+    /// Where to mount it (an existing directory).
+    pub mountpoint: PathBuf,
+    /// Stay in the foreground instead of becoming a daemon.
+    #[arg(short = 'f', long)]
+    pub foreground: bool,
+    /// Mount options, comma-separated.
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    pub options: Vec<String>,
+}
+
+/// Generic options mount(8) passes that mean nothing to a FUSE pool.
+const IGNORED: &[&str] = &[
+    "defaults",
+    "dev",
+    "nodev",
+    "suid",
+    "nosuid",
+    "exec",
+    "noexec",
+    "auto",
+    "noauto",
+    "nofail",
+    "_netdev",
+    "user",
+    "nouser",
+    "users",
+    "atime",
+    "noatime",
+    "relatime",
+    "async",
+    "default_permissions",
+];
+
+fn parse_options(options: &[String]) -> Result<MountConfig> {
+    let mut config = MountConfig::default();
+    for part in options.iter().flat_map(|o| o.split(',')).map(str::trim) {
+        match part {
+            "" => {}
+            "allow_other" => config.allow_other = true,
+            "ro" => config.read_only = true,
+            "rw" => config.read_only = false,
+            p if IGNORED.contains(&p) || p.starts_with("x-") => {}
+            p => bail!("unknown mount option '{p}'; valid: allow_other, ro, rw"),
+        }
+    }
+    Ok(config)
+}
+
+/// Runs `presso mount`.
+pub fn run(args: MountArgs) -> Result<()> {
+    let config = parse_options(&args.options)?;
+    if !args.pool.join("presso.pool").is_file() {
+        bail!(
+            "{} is not a Presso pool (create one with `presso create {}`)",
+            args.pool.display(),
+            args.pool.display()
+        );
+    }
+    if args.foreground {
+        daemon::serve(&args.pool, &args.mountpoint, config, |r| {
+            if let Err(e) = r {
+                eprintln!("presso: cannot mount: {e}");
+            }
+        })
+        .context("the mount failed")?;
+        return Ok(());
+    }
+    background(&args.pool, &args.mountpoint, config)
+}
+
+/// The mount helper's command line: `POOL MOUNTPOINT [-o OPTIONS] [-n] [-s] [-f] [-v]`.
+pub fn run_helper(argv: &[String]) -> Result<()> {
+    let mut positional = Vec::new();
+    let mut options = Vec::new();
+    let mut it = argv.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-o" => options.push(it.next().context("-o needs a value")?.clone()),
+            "-n" | "-s" | "-f" | "-v" => {}
+            s if s.starts_with("-o") => options.push(s[2..].to_string()),
+            s => positional.push(s.to_string()),
+        }
+    }
+    let [pool, mountpoint] = positional.as_slice() else {
+        bail!("usage: mount.fuse.presso POOL MOUNTPOINT [-o OPTIONS]");
+    };
+    run(MountArgs {
+        pool: pool.into(),
+        mountpoint: mountpoint.into(),
+        foreground: false,
+        options,
+    })
+}
+
+/// Forks; the child becomes the daemon and tells the parent through a pipe whether the mount
+/// came up, so errors still reach the user's terminal.
+fn background(pool: &Path, mountpoint: &Path, config: MountConfig) -> Result<()> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe() writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        bail!("cannot create a pipe: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned here only.
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: no other thread exists yet in this process, so the child may run Rust code.
+    match unsafe { libc::fork() } {
+        -1 => bail!("cannot fork: {}", std::io::Error::last_os_error()),
+        0 => {
+            drop(read_end);
+            let code = child(pool, mountpoint, config, write_end);
+            std::process::exit(code);
+        }
+        _ => {
+            drop(write_end);
+            let mut answer = String::new();
+            std::fs::File::from(read_end)
+                .read_to_string(&mut answer)
+                .context("cannot hear from the daemon")?;
+            match answer.strip_prefix("ok") {
+                Some(_) => {
+                    println!("mounted {} on {}", pool.display(), mountpoint.display());
+                    Ok(())
+                }
+                None if answer.is_empty() => {
+                    bail!(
+                        "the daemon exited before mounting; see {}/presso.log",
+                        pool.display()
+                    )
+                }
+                None => bail!("{}", answer.trim_start_matches("error: ").trim()),
+            }
+        }
+    }
+}
+
+fn child(pool: &Path, mountpoint: &Path, config: MountConfig, report: OwnedFd) -> i32 {
+    // SAFETY: setsid takes no pointers; it detaches from the terminal's session.
+    unsafe { libc::setsid() };
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(pool.join("presso.log"));
+    let devnull = std::fs::File::open("/dev/null");
+    use std::os::fd::AsRawFd;
+    // SAFETY: dup2 onto the standard descriptors of this process, from descriptors owned here.
+    unsafe {
+        if let Ok(null) = &devnull {
+            libc::dup2(null.as_raw_fd(), 0);
+            libc::dup2(null.as_raw_fd(), 1);
+        }
+        if let Ok(log) = &log {
+            libc::dup2(log.as_raw_fd(), 2);
+        }
+    }
+    let mut report = Some(std::fs::File::from(report));
+    let result = daemon::serve(pool, mountpoint, config, |r| {
+        if let Some(mut f) = report.take() {
+            let _ = match r {
+                Ok(()) => f.write_all(b"ok"),
+                Err(e) => f.write_all(format!("error: {e}").as_bytes()),
+            };
+        }
+    });
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("presso: {e}");
+            1
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mount_options_are_checked() {
+        let c = parse_options(&["allow_other,ro".into()]).unwrap();
+        assert!(c.allow_other && c.read_only);
+        let c = parse_options(&["defaults,rw,nofail".into()]).unwrap();
+        assert!(!c.allow_other && !c.read_only);
+        let e = parse_options(&["compression=lz4".into()]).unwrap_err();
+        assert!(e.to_string().contains("allow_other"), "{e}");
+    }
+}

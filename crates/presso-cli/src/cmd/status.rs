@@ -1,0 +1,126 @@
+//! `presso status`: space, ratio, offload and throughput of a pool.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use presso_fs::control::Request;
+use presso_fs::status::Status;
+
+use super::{request, target};
+
+/// Show a pool's space accounting, compression ratio, offload counters and throughput.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  presso status /mnt/data
+  presso status /srv/pool --json | jq .ratio
+
+JSON fields include logical_bytes, stored_bytes, garbage_bytes, disk_bytes, ratio, codecs[]
+(per codec: records, logical_bytes, stored_bytes, ratio), records_offloaded, records_software,
+fallback_busy, fallback_failure, fallback_unavailable, holes, stored_raw, precheck_skips,
+inline_records, corruptions, txgs, throughput{written_bytes, read_bytes, write_bytes_per_sec,
+read_bytes_per_sec}, and the engine's full counters under engine. Counters other than the
+space figures count since the pool was mounted (or opened).")]
+pub struct StatusArgs {
+    /// A pool directory or a mount point.
+    pub path: PathBuf,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `presso status`.
+pub fn run(args: StatusArgs) -> Result<()> {
+    let t = target::resolve(&args.path)?;
+    let value = request::run(&t, Request::Status, None)?;
+    if args.json {
+        println!("{value}");
+        return Ok(());
+    }
+    let s: Status = serde_json::from_value(value).context("unexpected status reply")?;
+    print!("{}", render(&s));
+    Ok(())
+}
+
+fn human(bytes: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < units.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", units[i])
+    }
+}
+
+/// The human-readable status.
+pub fn render(s: &Status) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(out, "pool        {}", s.pool);
+    let _ = writeln!(
+        out,
+        "mounted     {}",
+        s.mountpoint.as_deref().unwrap_or("no")
+    );
+    let _ = writeln!(out, "logical     {}", human(s.logical_bytes));
+    let _ = writeln!(out, "stored      {}", human(s.stored_bytes));
+    let _ = writeln!(
+        out,
+        "garbage     {}  (reclaim with `presso gc`)",
+        human(s.garbage_bytes)
+    );
+    let _ = writeln!(out, "on disk     {}", human(s.disk_bytes));
+    let _ = writeln!(out, "ratio       {:.2}x", s.ratio);
+    let _ = writeln!(
+        out,
+        "engine      {} offloaded, {} on the CPU; fallbacks: {} busy, {} failure, {} unavailable",
+        s.records_offloaded,
+        s.records_software,
+        s.fallback_busy,
+        s.fallback_failure,
+        s.fallback_unavailable
+    );
+    let _ = writeln!(
+        out,
+        "records     {} holes, {} stored raw, {} pre-check skips, {} inline",
+        s.holes, s.stored_raw, s.precheck_skips, s.inline_records
+    );
+    if !s.codecs.is_empty() {
+        let _ = writeln!(out, "codec       records   logical     stored      ratio");
+        for c in &s.codecs {
+            let _ = writeln!(
+                out,
+                "  {:<9} {:>7}   {:<11} {:<11} {:.2}x",
+                c.codec,
+                c.records,
+                human(c.logical_bytes),
+                human(c.stored_bytes),
+                c.ratio
+            );
+        }
+    }
+    if s.mountpoint.is_some() {
+        let t = &s.throughput;
+        let _ = writeln!(
+            out,
+            "throughput  write {}/s, read {}/s (last 10 s); {} written, {} read since mount",
+            human(t.write_bytes_per_sec as u64),
+            human(t.read_bytes_per_sec as u64),
+            human(t.written_bytes),
+            human(t.read_bytes)
+        );
+    }
+    if s.corruptions > 0 {
+        let _ = writeln!(
+            out,
+            "WARNING     {} corrupt records met on reads; run `presso scrub`",
+            s.corruptions
+        );
+    }
+    out
+}

@@ -1,0 +1,60 @@
+//! `presso unmount`: unmounts and waits until the daemon has committed everything.
+
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+use super::target;
+
+/// Unmount a pool and wait until everything written is in the pool.
+#[derive(Debug, Args)]
+#[command(after_help = "Example:
+  presso unmount /mnt/data")]
+pub struct UnmountArgs {
+    /// The mount point.
+    pub mountpoint: PathBuf,
+}
+
+/// Runs `presso unmount`.
+pub fn run(args: UnmountArgs) -> Result<()> {
+    let path = std::fs::canonicalize(&args.mountpoint)
+        .with_context(|| format!("cannot find {}", args.mountpoint.display()))?;
+    let Some(mount) = target::mounts().into_iter().find(|m| m.mountpoint == path) else {
+        bail!("{} is not a mounted Presso pool", args.mountpoint.display());
+    };
+    // Hold the lock file open first: the daemon holds its lock until it has flushed and exited.
+    let lock = std::fs::File::open(mount.pool.join(presso_store::LOCK_FILE)).ok();
+    let status = Command::new("fusermount3").arg("-u").arg(&path).status();
+    let unmounted = match status {
+        Ok(s) if s.success() => true,
+        _ => {
+            let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())?;
+            // SAFETY: `c` is a valid NUL-terminated path.
+            unsafe { libc::umount2(c.as_ptr(), 0) == 0 }
+        }
+    };
+    if !unmounted {
+        bail!(
+            "cannot unmount {}: {} (is a process still using it? see `fuser -m {}`)",
+            path.display(),
+            std::io::Error::last_os_error(),
+            path.display()
+        );
+    }
+    if let Some(lock) = lock {
+        // Blocks until the daemon exits (its lock goes away with it).
+        // SAFETY: flock on a descriptor owned by `lock`.
+        unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
+        // SAFETY: as above.
+        unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_UN) };
+    }
+    println!(
+        "unmounted {}; everything written is in {}",
+        path.display(),
+        mount.pool.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,116 @@
+//! Serving a pool at a mount point: open the pool, start the file layer and the control socket,
+//! run the FUSE session until unmount or a termination signal, then flush and close.
+
+use std::path::{Path, PathBuf};
+
+use crate::control;
+use crate::error::{FsError, Result};
+use crate::fuse::{mount_options, PressoFs};
+use crate::pool::{Pool, PoolOptions};
+use crate::vfs::{Vfs, VfsConfig};
+
+/// How to mount.
+#[derive(Debug, Clone, Default)]
+pub struct MountConfig {
+    /// Let other users in (still subject to permissions).
+    pub allow_other: bool,
+    /// Mount read-only.
+    pub read_only: bool,
+    /// Pool settings.
+    pub pool: PoolOptions,
+    /// File-layer settings.
+    pub vfs: VfsConfig,
+}
+
+/// Mounts the pool at `pool` on `mountpoint` and serves it until it is unmounted or the process
+/// gets SIGTERM, SIGINT or SIGHUP (which unmount it). `ready` is called once the mount is live
+/// (or with the reason it could not be made). Everything written is durable when this returns
+/// `Ok`.
+///
+/// Call from a process with no other threads yet: termination signals are blocked here so
+/// that one thread can wait for them.
+pub fn serve(
+    pool: &Path,
+    mountpoint: &Path,
+    config: MountConfig,
+    ready: impl FnOnce(std::result::Result<(), String>),
+) -> Result<()> {
+    let signals = block_signals();
+    let setup = || -> Result<_> {
+        let pool_path = std::fs::canonicalize(pool)
+            .map_err(|e| FsError::io(format!("pool {}", pool.display()), e))?;
+        let mountpoint = std::fs::canonicalize(mountpoint)
+            .map_err(|e| FsError::io(format!("mount point {}", mountpoint.display()), e))?;
+        if !mountpoint.is_dir() {
+            return Err(FsError::Invalid(format!(
+                "mount point {} is not a directory",
+                mountpoint.display()
+            )));
+        }
+        let (pool, report) = Pool::open(&pool_path, config.pool.clone())?;
+        if report.orphans_purged > 0 || report.torn_bytes > 0 {
+            eprintln!(
+                "presso: recovered {}: {} orphaned files removed, {} bytes of a torn segment tail discarded",
+                pool_path.display(),
+                report.orphans_purged,
+                report.torn_bytes
+            );
+        }
+        let vfs = Vfs::new(pool, config.vfs.clone());
+        let threads = vfs.pool().options().workers * 2;
+        let options = mount_options(&pool_path, config.allow_other, config.read_only);
+        let session =
+            fuser::Session::new(PressoFs::new(vfs.clone(), threads), &mountpoint, &options)
+                .map_err(|e| FsError::io(format!("cannot mount on {}", mountpoint.display()), e))?;
+        let socket = control::serve(vfs.clone(), mountpoint.clone())?;
+        Ok((vfs, session, socket, mountpoint))
+    };
+    let (vfs, mut session, socket, mountpoint) = match setup() {
+        Ok(s) => s,
+        Err(e) => {
+            ready(Err(e.to_string()));
+            return Err(e);
+        }
+    };
+    let unmounter = std::sync::Mutex::new(session.unmount_callable());
+    let target: PathBuf = mountpoint.clone();
+    std::thread::Builder::new()
+        .name("presso-signals".into())
+        .spawn(move || {
+            if wait_signal(&signals) {
+                eprintln!("presso: signal received, unmounting {}", target.display());
+                if let Ok(mut u) = unmounter.lock() {
+                    let _ = u.unmount();
+                }
+            }
+        })
+        .map_err(|e| FsError::io("cannot start the signal thread", e))?;
+    ready(Ok(()));
+    let served = session
+        .run()
+        .map_err(|e| FsError::io("the FUSE session failed", e));
+    drop(session);
+    let _ = std::fs::remove_file(&socket);
+    let closed = vfs.shutdown();
+    served.and(closed)
+}
+
+fn block_signals() -> libc::sigset_t {
+    // SAFETY: sigset manipulation on a local, zero-initialised set; pthread_sigmask only changes
+    // this thread's mask, which threads spawned later inherit.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+fn wait_signal(set: &libc::sigset_t) -> bool {
+    let mut signal = 0;
+    // SAFETY: `set` is an initialised signal set and `signal` a valid out-parameter.
+    unsafe { libc::sigwait(set, &mut signal) == 0 }
+}

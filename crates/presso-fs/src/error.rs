@@ -1,0 +1,98 @@
+//! Errors of the file-system layer, and their single mapping to errno (used by the FUSE adapter
+//! and nowhere else).
+
+use presso_codec::FrameError;
+use presso_meta::MetaError;
+use presso_store::StoreError;
+
+/// Why a pool or file-system operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FsError {
+    /// From the metadata layer (POSIX errors such as ENOENT live here).
+    #[error(transparent)]
+    Meta(#[from] MetaError),
+    /// From the segment store (I/O, corruption, full disk, pool in use).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A frame read back from the pool does not decode.
+    #[error("corrupt record of inode {ino} (record {index}) in segment {segment} at offset {offset}: {source}")]
+    CorruptFrame {
+        /// File.
+        ino: u64,
+        /// Record index in the file.
+        index: u64,
+        /// Segment number (0 = stored inline in the metadata).
+        segment: u64,
+        /// Offset in the segment.
+        offset: u64,
+        /// What the decoder said.
+        source: FrameError,
+    },
+    /// The metadata points at a frame whose checksum differs from the one recorded with it.
+    #[error("record {index} of inode {ino} points at a different frame in segment {segment} at offset {offset} (checksum mismatch)")]
+    Misdirected {
+        /// File.
+        ino: u64,
+        /// Record index.
+        index: u64,
+        /// Segment number.
+        segment: u64,
+        /// Offset in the segment.
+        offset: u64,
+    },
+    /// The host file system under the pool is (nearly) full.
+    #[error("the file system holding the pool is full; free space there and retry")]
+    NoSpace,
+    /// Bad argument or unsupported request.
+    #[error("{0}")]
+    Invalid(String),
+    /// Not supported by this file system.
+    #[error("operation not supported: {0}")]
+    Unsupported(&'static str),
+    /// A previous asynchronous write of this file failed (reported once, like Linux).
+    #[error("an earlier write of this file failed (errno {0})")]
+    Deferred(i32),
+    /// An I/O error outside the store (pool directory, lock, control socket).
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// Result alias of this crate.
+pub type Result<T, E = FsError> = std::result::Result<T, E>;
+
+impl FsError {
+    /// The errno the kernel should see.
+    pub fn errno(&self) -> i32 {
+        match self {
+            FsError::Meta(e) => match e {
+                MetaError::Engine(msg) if is_full(msg) => libc::ENOSPC,
+                e => e.errno(),
+            },
+            FsError::Store(e) => e.errno(),
+            FsError::CorruptFrame { .. } | FsError::Misdirected { .. } => libc::EIO,
+            FsError::NoSpace => libc::ENOSPC,
+            FsError::Invalid(_) => libc::EINVAL,
+            FsError::Unsupported(_) => libc::EOPNOTSUPP,
+            FsError::Deferred(errno) => *errno,
+            FsError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+        }
+    }
+
+    /// Wraps an I/O error with what was being done.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        FsError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+fn is_full(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    m.contains("database or disk is full") || m.contains("no space")
+}

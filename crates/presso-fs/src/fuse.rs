@@ -1,0 +1,620 @@
+//! The FUSE adapter: each method converts arguments, calls the [`Vfs`], and replies. Errors are
+//! mapped to errno here and nowhere else ([`FsError::errno`]).
+//!
+//! The session thread runs namespace operations and writes inline (they only touch metadata or
+//! copy into record buffers); reads, fsync and flushes that may wait go to a small thread pool
+//! with their reply, so one slow decode never stalls the mount.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::{unbounded, Sender};
+use fuser::{
+    FileAttr, FileType, Filesystem, KernelConfig, MountOption, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow,
+};
+use presso_meta::{Attr, FileKind, SetAttr, Timespec, ROOT_INO};
+
+use crate::error::FsError;
+use crate::vfs::Vfs;
+
+const TTL: Duration = Duration::from_secs(1);
+
+type Task = Box<dyn FnOnce() + Send>;
+
+/// The `fuser` file system of a mounted pool.
+pub struct PressoFs {
+    vfs: Arc<Vfs>,
+    tasks: Sender<Task>,
+}
+
+impl PressoFs {
+    /// Wraps `vfs`, with `threads` workers for blocking requests.
+    pub fn new(vfs: Arc<Vfs>, threads: usize) -> PressoFs {
+        let (tx, rx) = unbounded::<Task>();
+        for i in 0..threads.max(1) {
+            let rx = rx.clone();
+            let _ = std::thread::Builder::new()
+                .name(format!("presso-fuse{i}"))
+                .spawn(move || {
+                    for task in rx {
+                        task();
+                    }
+                });
+        }
+        PressoFs { vfs, tasks: tx }
+    }
+
+    fn spawn(&self, task: impl FnOnce(Arc<Vfs>) + Send + 'static) {
+        let vfs = self.vfs.clone();
+        let _ = self.tasks.send(Box::new(move || task(vfs)));
+    }
+}
+
+/// Mount options for a pool: the file-system name is the pool path, permissions are checked by
+/// the kernel, and the mount is private to its owner unless `allow_other` is given.
+pub fn mount_options(pool: &Path, allow_other: bool, read_only: bool) -> Vec<MountOption> {
+    let mut options = vec![
+        MountOption::FSName(pool.display().to_string()),
+        MountOption::Subtype("presso".into()),
+        MountOption::DefaultPermissions,
+        MountOption::NoAtime,
+    ];
+    if allow_other {
+        options.push(MountOption::AllowOther);
+    }
+    options.push(if read_only {
+        MountOption::RO
+    } else {
+        MountOption::RW
+    });
+    options
+}
+
+fn time(t: Timespec) -> SystemTime {
+    if t.secs >= 0 {
+        UNIX_EPOCH + Duration::new(t.secs as u64, t.nsec)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(t.secs.unsigned_abs())
+            + Duration::from_nanos(t.nsec.into())
+    }
+}
+
+fn timespec(t: SystemTime) -> Timespec {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => Timespec {
+            secs: d.as_secs() as i64,
+            nsec: d.subsec_nanos(),
+        },
+        Err(e) => {
+            let d = e.duration();
+            let mut secs = -(d.as_secs() as i64);
+            let mut nsec = d.subsec_nanos();
+            if nsec > 0 {
+                secs -= 1;
+                nsec = 1_000_000_000 - nsec;
+            }
+            Timespec { secs, nsec }
+        }
+    }
+}
+
+fn time_or_now(t: TimeOrNow) -> Timespec {
+    match t {
+        TimeOrNow::Now => Timespec::now(),
+        TimeOrNow::SpecificTime(t) => timespec(t),
+    }
+}
+
+fn kind(k: FileKind) -> FileType {
+    match k {
+        FileKind::File => FileType::RegularFile,
+        FileKind::Dir => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
+    }
+}
+
+fn file_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: a.ino,
+        size: a.size,
+        blocks: a.size.div_ceil(512),
+        atime: time(a.atime),
+        mtime: time(a.mtime),
+        ctime: time(a.ctime),
+        crtime: time(a.ctime),
+        kind: kind(a.kind),
+        perm: (a.mode & 0o7777) as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev as u32,
+        blksize: 128 << 10,
+        flags: 0,
+    }
+}
+
+fn errno(e: &FsError) -> i32 {
+    e.errno()
+}
+
+impl Filesystem for PressoFs {
+    fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> Result<(), libc::c_int> {
+        let _ = config.set_max_write(1 << 20);
+        let _ = config.set_max_readahead(1 << 20);
+        // The kernel caches writes and sends them in large batches; reads of cached pages never
+        // reach the daemon.
+        let _ = config.add_capabilities(fuser::consts::FUSE_WRITEBACK_CACHE);
+        let _ = config.add_capabilities(fuser::consts::FUSE_PARALLEL_DIROPS);
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        if let Err(e) = self.vfs.sync_all() {
+            eprintln!("presso: flushing at unmount failed: {e}");
+        }
+    }
+
+    fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
+        match self.vfs.lookup(parent, name.as_bytes()) {
+            Ok(a) => reply.entry(&TTL, &file_attr(&a), 0),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
+        match self.vfs.getattr(ino) {
+            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setattr(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<u64>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<u32>,
+        reply: ReplyAttr,
+    ) {
+        let set = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: atime.map(time_or_now),
+            mtime: mtime.map(time_or_now),
+        };
+        match self.vfs.setattr(ino, set) {
+            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readlink(&mut self, _req: &Request<'_>, ino: u64, reply: ReplyData) {
+        match self.vfs.readlink(ino) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mknod(
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let k = match mode & libc::S_IFMT {
+            libc::S_IFREG => FileKind::File,
+            libc::S_IFIFO => FileKind::Fifo,
+            libc::S_IFSOCK => FileKind::Socket,
+            libc::S_IFCHR => FileKind::CharDevice,
+            libc::S_IFBLK => FileKind::BlockDevice,
+            _ => return reply.error(libc::EINVAL),
+        };
+        let perm = mode & 0o7777 & !umask;
+        match self.vfs.mknod(
+            parent,
+            name.as_bytes(),
+            k,
+            perm,
+            req.uid(),
+            req.gid(),
+            rdev.into(),
+        ) {
+            Ok(a) => reply.entry(&TTL, &file_attr(&a), 0),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mkdir(
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let perm = mode & 0o7777 & !umask;
+        match self
+            .vfs
+            .mkdir(parent, name.as_bytes(), perm, req.uid(), req.gid())
+        {
+            Ok(a) => reply.entry(&TTL, &file_attr(&a), 0),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+        match self.vfs.unlink(parent, name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn rmdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+        match self.vfs.rmdir(parent, name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn symlink(
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        match self.vfs.symlink(
+            parent,
+            link_name.as_bytes(),
+            target.as_os_str().as_bytes(),
+            req.uid(),
+            req.gid(),
+        ) {
+            Ok(a) => reply.entry(&TTL, &file_attr(&a), 0),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn rename(
+        &mut self,
+        _req: &Request<'_>,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        flags: u32,
+        reply: ReplyEmpty,
+    ) {
+        if flags != 0 {
+            // RENAME_NOREPLACE / RENAME_EXCHANGE are not supported yet.
+            return reply.error(libc::EINVAL);
+        }
+        match self
+            .vfs
+            .rename(parent, name.as_bytes(), newparent, newname.as_bytes())
+        {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn link(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        newparent: u64,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        match self.vfs.link(ino, newparent, newname.as_bytes()) {
+            Ok(a) => reply.entry(&TTL, &file_attr(&a), 0),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn open(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
+        match self.vfs.open(ino) {
+            Ok(fh) => reply.opened(fh, 0),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn read(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        _fh: u64,
+        offset: i64,
+        size: u32,
+        _flags: i32,
+        _lock_owner: Option<u64>,
+        reply: ReplyData,
+    ) {
+        if offset < 0 {
+            return reply.error(libc::EINVAL);
+        }
+        self.spawn(move |vfs| match vfs.read(ino, offset as u64, size) {
+            Ok(data) => reply.data(data.as_ref()),
+            Err(e) => reply.error(errno(&e)),
+        });
+    }
+
+    fn write(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        _fh: u64,
+        offset: i64,
+        data: &[u8],
+        _write_flags: u32,
+        _flags: i32,
+        _lock_owner: Option<u64>,
+        reply: ReplyWrite,
+    ) {
+        if offset < 0 {
+            return reply.error(libc::EINVAL);
+        }
+        match self.vfs.write(ino, offset as u64, data) {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn flush(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _owner: u64, reply: ReplyEmpty) {
+        self.spawn(move |vfs| match vfs.flush(ino) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        });
+    }
+
+    fn release(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        fh: u64,
+        _flags: i32,
+        _lock_owner: Option<u64>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.spawn(move |vfs| match vfs.release(ino, fh) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        });
+    }
+
+    fn fsync(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        _fh: u64,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.spawn(move |vfs| match vfs.fsync(ino) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        });
+    }
+
+    fn readdir(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        _fh: u64,
+        offset: i64,
+        mut reply: ReplyDirectory,
+    ) {
+        // Offsets: 1 = after ".", 2 = after "..", 3 + n = after the n-th stored entry. Names
+        // are resumed by position, so entries added or removed meanwhile may shift the window;
+        // POSIX allows that.
+        let mut next = offset;
+        if next < 1 {
+            if reply.add(ino, 1, FileType::Directory, ".") {
+                return reply.ok();
+            }
+            next = 1;
+        }
+        if next < 2 {
+            let parent = if ino == ROOT_INO {
+                ROOT_INO
+            } else {
+                self.vfs.dir_parent(ino).unwrap_or(ROOT_INO)
+            };
+            if reply.add(parent, 2, FileType::Directory, "..") {
+                return reply.ok();
+            }
+            next = 2;
+        }
+        let skip = (next - 2) as usize;
+        let mut after: Option<Vec<u8>> = None;
+        let mut position = 0usize;
+        loop {
+            let batch = match self.vfs.readdir(ino, after.as_deref(), 512) {
+                Ok(b) => b,
+                Err(e) => return reply.error(errno(&e)),
+            };
+            if batch.is_empty() {
+                return reply.ok();
+            }
+            for entry in &batch {
+                position += 1;
+                if position <= skip {
+                    continue;
+                }
+                let full = reply.add(
+                    entry.ino,
+                    (position + 2) as i64,
+                    kind(entry.kind),
+                    OsStr::from_bytes(&entry.name),
+                );
+                if full {
+                    return reply.ok();
+                }
+            }
+            after = batch.last().map(|e| e.name.clone());
+        }
+    }
+
+    fn statfs(&mut self, _req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {
+        let s = self.vfs.statfs();
+        reply.statfs(
+            s.blocks,
+            s.blocks_free,
+            s.blocks_avail,
+            s.files,
+            s.files_free,
+            s.block_size,
+            s.name_max,
+            s.block_size,
+        );
+    }
+
+    fn setxattr(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        match self.vfs.setxattr(ino, name.as_bytes(), value, flags) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn getxattr(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        name: &OsStr,
+        size: u32,
+        reply: ReplyXattr,
+    ) {
+        match self.vfs.getxattr(ino, name.as_bytes()) {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() <= size as usize => reply.data(&v),
+            Ok(_) => reply.error(libc::ERANGE),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn listxattr(&mut self, _req: &Request<'_>, ino: u64, size: u32, reply: ReplyXattr) {
+        match self.vfs.listxattr(ino) {
+            Ok(names) => {
+                let mut buf = Vec::new();
+                for n in names {
+                    buf.extend_from_slice(&n);
+                    buf.push(0);
+                }
+                if size == 0 {
+                    reply.size(buf.len() as u32)
+                } else if buf.len() <= size as usize {
+                    reply.data(&buf)
+                } else {
+                    reply.error(libc::ERANGE)
+                }
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn removexattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, reply: ReplyEmpty) {
+        match self.vfs.removexattr(ino, name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn create(
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let perm = mode & 0o7777 & !umask;
+        let result = self
+            .vfs
+            .create(parent, name.as_bytes(), perm, req.uid(), req.gid())
+            .and_then(|a| Ok((self.vfs.open(a.ino)?, a)));
+        match result {
+            Ok((fh, a)) => reply.created(&TTL, &file_attr(&a), 0, fh, 0),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn fallocate(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        _fh: u64,
+        offset: i64,
+        length: i64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        if offset < 0 || length <= 0 {
+            return reply.error(libc::EINVAL);
+        }
+        self.spawn(
+            move |vfs| match vfs.fallocate(ino, offset as u64, length as u64, mode) {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(errno(&e)),
+            },
+        );
+    }
+
+    fn lseek(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        _fh: u64,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        if offset < 0 {
+            return reply.error(libc::ENXIO);
+        }
+        match self.vfs.seek(ino, offset as u64, whence) {
+            Ok(o) => reply.offset(o as i64),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+}

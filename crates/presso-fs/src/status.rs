@@ -1,0 +1,158 @@
+//! What `presso status` reports: the pool's space accounting and the engine's counters, as one
+//! serialisable value.
+
+use serde::{Deserialize, Serialize};
+
+use presso_codec::{BackendKind, StatsSnapshot};
+
+use crate::error::Result;
+use crate::pool::Pool;
+use crate::vfs::Vfs;
+
+/// Logical and stored bytes of one codec's records written since the pool was opened.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CodecUsage {
+    /// Codec name.
+    pub codec: String,
+    /// Records submitted with it.
+    pub records: u64,
+    /// Bytes in.
+    pub logical_bytes: u64,
+    /// Frame bytes out.
+    pub stored_bytes: u64,
+    /// Logical ÷ stored.
+    pub ratio: f64,
+}
+
+/// Throughput through the mount.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Throughput {
+    /// Bytes written since mount.
+    pub written_bytes: u64,
+    /// Bytes read since mount.
+    pub read_bytes: u64,
+    /// Write rate over the last ten seconds, bytes/s.
+    pub write_bytes_per_sec: f64,
+    /// Read rate over the last ten seconds, bytes/s.
+    pub read_bytes_per_sec: f64,
+}
+
+/// Everything `presso status` shows.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Status {
+    /// Pool directory.
+    pub pool: String,
+    /// Where it is mounted, if it is.
+    pub mountpoint: Option<String>,
+    /// Logical bytes of all files' records.
+    pub logical_bytes: u64,
+    /// Stored (frame) bytes of all live records.
+    pub stored_bytes: u64,
+    /// Bytes in segments that no record references any more (reclaimed by `presso gc`).
+    pub garbage_bytes: u64,
+    /// Bytes of segment files on the host file system.
+    pub disk_bytes: u64,
+    /// Logical ÷ stored, over the whole pool.
+    pub ratio: f64,
+    /// Per codec, records written since the pool was opened.
+    pub codecs: Vec<CodecUsage>,
+    /// Records compressed on the accelerator since open.
+    pub records_offloaded: u64,
+    /// Records compressed on the CPU since open.
+    pub records_software: u64,
+    /// Records that could have been offloaded but went to the CPU because it was busy.
+    pub fallback_busy: u64,
+    /// Records the accelerator failed and the CPU redid.
+    pub fallback_failure: u64,
+    /// Records sent to the CPU while the accelerator was marked unavailable.
+    pub fallback_unavailable: u64,
+    /// All-zero records stored as holes since open.
+    pub holes: u64,
+    /// Records stored raw because compressing them did not save enough, since open.
+    pub stored_raw: u64,
+    /// Records the compressibility pre-check skipped, since open.
+    pub precheck_skips: u64,
+    /// Frames kept inline in the metadata since open.
+    pub inline_records: u64,
+    /// Checksum or decode failures met on reads since open.
+    pub corruptions: u64,
+    /// Transaction groups committed since open.
+    pub txgs: u64,
+    /// Mount throughput (zero when not mounted).
+    pub throughput: Throughput,
+    /// Bytes waiting for compression.
+    pub dirty_bytes: u64,
+    /// The accelerator in use, if any.
+    pub accelerator: Option<String>,
+    /// The engine's full counters since open.
+    pub engine: StatsSnapshot,
+}
+
+impl Status {
+    /// Gathers the status of `pool`, with the file layer's figures if it is mounted.
+    pub fn gather(pool: &Pool, vfs: Option<&Vfs>, mountpoint: Option<String>) -> Result<Status> {
+        let space = pool.meta().space()?;
+        let engine = pool.engine().stats();
+        let segments = pool.store().all_segment_stats();
+        let garbage: u64 = segments.iter().map(|s| s.dead_bytes).sum();
+        let codecs = engine
+            .codecs
+            .iter()
+            .map(|c| CodecUsage {
+                codec: c.codec.clone(),
+                records: c.records,
+                logical_bytes: c.bytes_in,
+                stored_bytes: c.bytes_out,
+                ratio: ratio(c.bytes_in, c.bytes_out),
+            })
+            .collect();
+        let sum = |f: fn(&presso_codec::stats::CodecSnapshot) -> u64| -> u64 {
+            engine.codecs.iter().map(f).sum()
+        };
+        let counters = pool.counters();
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        let throughput = vfs.map_or_else(Throughput::default, |v| {
+            let (written, read, w, r) = v.traffic();
+            Throughput {
+                written_bytes: written,
+                read_bytes: read,
+                write_bytes_per_sec: w,
+                read_bytes_per_sec: r,
+            }
+        });
+        Ok(Status {
+            pool: pool.path().display().to_string(),
+            mountpoint,
+            logical_bytes: space.logical,
+            stored_bytes: space.stored,
+            garbage_bytes: garbage,
+            disk_bytes: pool.store().disk_usage(),
+            ratio: ratio(space.logical, space.stored),
+            codecs,
+            records_offloaded: engine.backend(BackendKind::Accelerator).records,
+            records_software: engine.backend(BackendKind::Software).records,
+            fallback_busy: engine.fallbacks.busy,
+            fallback_failure: engine.fallbacks.failure,
+            fallback_unavailable: engine.fallbacks.unavailable,
+            holes: sum(|c| c.holes),
+            stored_raw: sum(|c| c.stored_raw),
+            precheck_skips: sum(|c| c.precheck_skips),
+            inline_records: load(&counters.frames_inline),
+            corruptions: load(&counters.corruptions),
+            txgs: load(&counters.txgs),
+            throughput,
+            dirty_bytes: vfs.map_or(0, |v| v.dirty_bytes() as u64),
+            accelerator: engine.accelerator.name.clone(),
+            engine,
+        })
+    }
+}
+
+/// `logical ÷ stored`, 1.0 for an empty pool.
+pub fn ratio(logical: u64, stored: u64) -> f64 {
+    if stored == 0 {
+        1.0
+    } else {
+        logical as f64 / stored as f64
+    }
+}
