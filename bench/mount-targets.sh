@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Issue-4 targets: sequential write and cold sequential read through a Presso mount, side by side
+# with the kernel's ext4 on a loop device, in one run. Both write with `dd ... conv=fsync` (so
+# the data is durable when dd returns) and read cold with `dd` after dropping the page cache
+# (ext4 and Presso are also remounted, so Presso's record cache is empty too).
+#   bench/mount-targets.sh CORPUS_DIR [REPEATS=3] [WORK_DIR=/var/tmp/presso-mount-bench]
+# Prints a markdown table of medians (MB/s = 10^6 bytes/s) and the target ratios.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+corpus=$(realpath "${1:?usage: bench/mount-targets.sh CORPUS_DIR [REPEATS] [WORK_DIR]}")
+repeats=${2:-3}
+work=${3:-/var/tmp/presso-mount-bench}
+[ "$(id -u)" -eq 0 ] || { echo "needs root (loop devices, drop_caches)" >&2; exit 1; }
+
+cargo build --release -q -p presso-cli
+presso=$PWD/target/release/presso
+
+mkdir -p "$work"
+img=$work/ext4.img
+disk=$work/disk
+loopdev=""
+cleanup() {
+  for m in "$work"/mnt-*; do
+    grep -qs " $m " /proc/self/mountinfo && { "$presso" unmount "$m" >/dev/null 2>&1 || fusermount3 -uz "$m" || true; }
+  done
+  grep -qs " $disk " /proc/self/mountinfo && umount "$disk"
+  [ -n "$loopdev" ] && losetup -d "$loopdev" 2>/dev/null || true
+  rm -f "$img"
+}
+trap cleanup EXIT INT TERM
+
+size=$(( $(du -sb "$corpus" | cut -f1) * 3 + (1 << 30) ))
+truncate -s "$size" "$img"
+mkfs.ext4 -q -F "$img"
+loopdev=$(losetup --find --show "$img")
+mkdir -p "$disk"
+mount "$loopdev" "$disk"
+
+now() { date +%s.%N; }
+drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+rate() { awk -v b="$1" -v s="$2" -v e="$3" 'BEGIN { printf "%.1f\n", b / 1e6 / (e - s) }'; }
+
+# target: ext4 | off | gzip-6 (ISA-L, offload=on) | gzip-6-cpu (offload=off)
+setup() {
+  local target=$1 dir=$work/mnt-$1
+  mkdir -p "$dir"
+  case $target in
+    ext4) mkdir -p "$disk/ext4"; mount --bind "$disk/ext4" "$dir" ;;
+    *)
+      local comp=${target%-cpu} offload=on
+      [ "$target" != "${target%-cpu}" ] && offload=off
+      [ "$comp" = off ] && offload=auto
+      rm -rf "$disk/pool-$target"
+      "$presso" create "$disk/pool-$target" -o compression="$comp" -o offload="$offload" >/dev/null
+      "$presso" mount "$disk/pool-$target" "$dir" >/dev/null ;;
+  esac
+}
+remount() {
+  local target=$1 dir=$work/mnt-$1
+  case $target in
+    ext4) umount "$dir"; umount "$disk"; mount "$loopdev" "$disk"; mount --bind "$disk/ext4" "$dir" ;;
+    *) "$presso" unmount "$dir" >/dev/null; drop; "$presso" mount "$disk/pool-$target" "$dir" >/dev/null ;;
+  esac
+  drop
+}
+teardown() {
+  local target=$1 dir=$work/mnt-$1
+  case $target in
+    ext4) umount "$dir"; rm -rf "$disk/ext4" ;;
+    *) "$presso" unmount "$dir" >/dev/null; rm -rf "$disk/pool-$target" ;;
+  esac
+}
+
+results=$work/results.tsv
+: > "$results"
+for file in text.tar reads.fq media.bin; do
+  bytes=$(stat -c %s "$corpus/$file")
+  for target in ext4 off gzip-6 gzip-6-cpu; do
+    for r in $(seq "$repeats"); do
+      setup "$target"
+      drop
+      s=$(now); dd if="$corpus/$file" of="$work/mnt-$target/$file" bs=1M conv=fsync status=none; e=$(now)
+      w=$(rate "$bytes" "$s" "$e")
+      remount "$target"
+      s=$(now); dd if="$work/mnt-$target/$file" of=/dev/null bs=1M status=none; e=$(now)
+      rd=$(rate "$bytes" "$s" "$e")
+      cmp -s "$corpus/$file" "$work/mnt-$target/$file" || { echo "MISMATCH: $target $file" >&2; exit 1; }
+      ratio=1
+      [ "$target" != ext4 ] && ratio=$("$presso" status "$work/mnt-$target" --json | python3 -c 'import json,sys; print("%.3f" % json.load(sys.stdin)["ratio"])')
+      printf '%s\t%s\t%s\t%s\t%s\n' "$file" "$target" "$w" "$rd" "$ratio" >> "$results"
+      echo "$file $target run $r: write $w MB/s, cold read $rd MB/s, ratio $ratio" >&2
+      teardown "$target"
+    done
+  done
+done
+
+med() { awk -F'\t' -v f="$1" -v t="$2" -v c="$3" '$1 == f && $2 == t { print $c }' "$results" | median; }
+echo
+echo "| file | target | write MB/s | cold read MB/s | ratio |"
+echo "|---|---|---|---|---|"
+for file in text.tar reads.fq media.bin; do
+  for target in ext4 off gzip-6 gzip-6-cpu; do
+    echo "| $file | $target | $(med "$file" "$target" 3) | $(med "$file" "$target" 4) | $(med "$file" "$target" 5) |"
+  done
+done
+echo
+x() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+echo "| target | measured | goal |"
+echo "|---|---|---|"
+for file in text.tar reads.fq media.bin; do
+  echo "| off vs ext4, write, $file | $(x "$(med "$file" off 3)" "$(med "$file" ext4 3)")x | ≥ 0.7x |"
+  echo "| off vs ext4, cold read, $file | $(x "$(med "$file" off 4)" "$(med "$file" ext4 4)")x | ≥ 0.7x |"
+done
+echo "| gzip (ISA-L) write, text.tar | $(med text.tar gzip-6 3) MB/s | ≥ 400 MB/s |"
+echo "| gzip (ISA-L) write, reads.fq | $(med reads.fq gzip-6 3) MB/s | ≥ 300 MB/s |"
+echo "| media.bin gzip-6 write vs off | $(x "$(med media.bin gzip-6 3)" "$(med media.bin off 3)")x | ≥ 0.9x |"
+echo "| cold read, text.tar, gzip | $(med text.tar gzip-6 4) MB/s | ≥ 800 MB/s |"
