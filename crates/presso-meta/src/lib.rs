@@ -31,8 +31,8 @@
 //!    [`engine`] module docs (serializable write transactions, rollback on drop, ordered
 //!    listings, bit-exact `u64`s).
 //! 2. Add a constructor on [`MetaStore`] (or use [`MetaStore::new`] with a boxed engine).
-//! 3. Add one line to the engine list in `tests/conformance.rs` and to the model-equivalence
-//!    property test. Nothing else changes.
+//! 3. Add one line to the engine list in `tests/conformance.rs`, to the model-equivalence
+//!    property test and to the accounting property test. Nothing else changes.
 //!
 //! # Semantics worth knowing
 //!
