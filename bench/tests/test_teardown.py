@@ -30,10 +30,11 @@ def make(work, reg, n):
     sysutil.run(["mkfs.ext4", "-q", "-F", dev])
     sysutil.run(["mount", dev, mnt])
     reg.add("mount", group="t%d" % n, path=mnt)
-    p = subprocess.Popen(["sleep", "600"], start_new_session=True, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
-    reg.add("daemon", group="t%d" % n, pid=p.pid, name="sleep", match="sleep 600")
-    return img, mnt, dev, p.pid
+    # A daemon: its parent exits at once, as zfs-fuse's does.
+    pid = int(subprocess.run(["sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $!"], capture_output=True,
+                             text=True).stdout)
+    reg.add("daemon", group="t%d" % n, pid=pid, name="sleep", match="sleep 600")
+    return img, mnt, dev, pid
 """
 
 
@@ -135,6 +136,7 @@ except sysutil.Interrupted:
         self.assertTrue(sysutil.is_mounted(mnt))
         p.send_signal(signal.SIGTERM)
         self.assertEqual(p.wait(timeout=120), 0)
+        p.stdout.close()
         self.assertAllGone(img, mnt, int(pid))
 
     def test_sigkilled_runner_is_cleaned_up_from_the_journal(self):
