@@ -403,6 +403,12 @@ impl Pool {
         Ok(data)
     }
 
+    /// Recomputes every segment's live bytes from the metadata after committing what is queued.
+    pub fn refresh_live(&self) -> Result<()> {
+        self.commit(true)?;
+        refresh_live(&self.store, &self.meta)
+    }
+
     /// Counts a frame that will never be referenced (stale or refused) as dead space.
     pub fn discard(&self, rec: &RecordRef) {
         if rec.inline.is_none() {
@@ -481,6 +487,18 @@ impl Drop for Pool {
         self.txg.lock().shutdown = true;
         self.txg_changed.notify_all();
     }
+}
+
+/// Sets every segment's live bytes from the metadata (exact: one GROUP BY over the records).
+fn refresh_live(store: &Store, meta: &MetaStore) -> Result<()> {
+    let usage = meta.segment_usage()?;
+    for segment in store.segments() {
+        let live = usage
+            .get(&segment)
+            .map_or(0, |u| u.stored_bytes + u.records * ENTRY_HEADER_LEN as u64);
+        store.set_live_bytes(segment, live)?;
+    }
+    Ok(())
 }
 
 fn commit_error(message: &str, errno: i32) -> FsError {

@@ -345,12 +345,30 @@ impl Vfs {
     /// Removes a name; the file lives on while open.
     pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
         let open = self.open_set();
+        let records = self.records_if_last_name(parent, name);
         let gone = self
             .pool
             .meta()
             .unlink(parent, name, &|ino| open.contains(&ino))?;
-        self.name_dropped(gone);
+        self.name_dropped(gone, records);
         Ok(())
+    }
+
+    /// The committed records of the file `parent/name` if removing that name may free them (the
+    /// metadata removes them without returning them; their frames must be counted dead).
+    fn records_if_last_name(&self, parent: u64, name: &[u8]) -> Vec<RecordRef> {
+        match self.pool.meta().lookup(parent, name) {
+            Ok(a) if a.kind == FileKind::File && a.nlink <= 1 => self.file_records(a.ino),
+            _ => Vec::new(),
+        }
+    }
+
+    fn file_records(&self, ino: u64) -> Vec<RecordRef> {
+        self.pool
+            .meta()
+            .records(ino, ..)
+            .map(|v| v.into_iter().map(|(_, r)| r).collect())
+            .unwrap_or_default()
     }
 
     /// Removes an empty directory.
@@ -361,6 +379,7 @@ impl Vfs {
     /// Renames, replacing an existing target where POSIX allows.
     pub fn rename(&self, parent: u64, name: &[u8], new_parent: u64, new_name: &[u8]) -> Result<()> {
         let open = self.open_set();
+        let records = self.records_if_last_name(new_parent, new_name);
         let replaced = self
             .pool
             .meta()
@@ -368,12 +387,12 @@ impl Vfs {
                 open.contains(&ino)
             })?;
         if let Some(gone) = replaced {
-            self.name_dropped(gone);
+            self.name_dropped(gone, records);
         }
         Ok(())
     }
 
-    fn name_dropped(&self, gone: Unlinked) {
+    fn name_dropped(&self, gone: Unlinked, records: Vec<RecordRef>) {
         match gone.fate {
             LinkFate::Linked => {}
             LinkFate::Orphaned => {
@@ -381,7 +400,12 @@ impl Vfs {
                     node.state.lock().orphaned = true;
                 }
             }
-            LinkFate::Removed => self.drop_node(gone.ino),
+            LinkFate::Removed => {
+                self.drop_node(gone.ino);
+                for rec in &records {
+                    self.pool.discard(rec);
+                }
+            }
         }
     }
 
@@ -534,7 +558,12 @@ impl Vfs {
         };
         if forget {
             self.drop_node(ino);
-            self.pool.meta().forget(ino)?;
+            let records = self.file_records(ino);
+            if self.pool.meta().forget(ino)? {
+                for rec in &records {
+                    self.pool.discard(rec);
+                }
+            }
             return Ok(());
         }
         self.submit(&node, jobs);
