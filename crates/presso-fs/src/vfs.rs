@@ -616,11 +616,12 @@ impl Vfs {
     /// Writes `data` at `offset`. Returns once the bytes are in the file's record buffers;
     /// compression and storage happen in the background.
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<usize> {
+        // Checked at every write, not only by the periodic tick: a fast writer would otherwise
+        // fill the host file system before the next tick, leaving no room for the metadata, for
+        // deletes or for GC to free space again.
+        self.check_space();
         if self.low_space.load(Ordering::Relaxed) {
-            self.check_space();
-            if self.low_space.load(Ordering::Relaxed) {
-                return Err(FsError::NoSpace);
-            }
+            return Err(FsError::NoSpace);
         }
         let end = offset
             .checked_add(data.len() as u64)
@@ -1149,9 +1150,13 @@ impl Vfs {
         }
     }
 
+    /// Space is low when the host file system's free space, less the record buffers not yet
+    /// stored (counted uncompressed), is under `min_free`.
     fn check_space(&self) {
         let low = match host_space(self.pool.path()) {
-            Some((_, avail)) => avail < self.config.min_free,
+            Some((_, avail)) => {
+                avail.saturating_sub(self.dirty_bytes() as u64) < self.config.min_free
+            }
             None => false,
         };
         self.low_space.store(low, Ordering::Relaxed);
