@@ -830,7 +830,7 @@ impl Vfs {
                     None,
                 );
             }
-            if size % rs != 0 {
+            if !size.is_multiple_of(rs) {
                 let index = size / rs;
                 let buf = self.dirty_buffer(node, &mut st, index, false)?;
                 buf.truncate((size - index * rs) as usize);
@@ -1004,10 +1004,11 @@ impl Vfs {
             return;
         };
         for (index, rec) in records {
-            if rec.inline.is_none() && !self.cache.contains((rec.segment, rec.offset)) {
-                if self.readahead.try_send((ino, index, rec)).is_err() {
-                    break;
-                }
+            if rec.inline.is_none()
+                && !self.cache.contains((rec.segment, rec.offset))
+                && self.readahead.try_send((ino, index, rec)).is_err()
+            {
+                break;
             }
         }
     }
