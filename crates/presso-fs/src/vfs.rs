@@ -965,9 +965,10 @@ impl Vfs {
                 ReadSource::Shared(d) => d,
                 ReadSource::Zeros => &[],
             };
-            // Past a record's stored length (a file extended by truncate) the bytes are zeros.
+            // Past a record's stored length (a file extended by truncate, a hole) the bytes are
+            // zeros; the read may start beyond that length.
             let have = bytes.len().clamp(from, to);
-            out.extend_from_slice(&bytes[from..have]);
+            out.extend_from_slice(bytes.get(from..have).unwrap_or_default());
             out.resize(out.len() + (to - have), 0);
         }
         Ok(ReadData::Owned(out))
