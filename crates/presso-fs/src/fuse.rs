@@ -42,7 +42,9 @@ impl PressoFs {
                 .name(format!("presso-fuse{i}"))
                 .spawn(move || {
                     for task in rx {
-                        task();
+                        // A panicking request must not take the worker with it: the request
+                        // gets EIO (its reply is dropped) and the next one is served.
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(task));
                     }
                 });
         }
