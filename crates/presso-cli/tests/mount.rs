@@ -1,0 +1,1454 @@
+//! Integration tests with real FUSE mounts: the `presso` binary mounts a fresh pool per test and
+//! ordinary tools (cp, tar, git, rsync, df, ...) and system calls act on it as clients.
+//!
+//! Needs root, /dev/fuse and fusermount3; the ENOSPC test also needs loop devices and
+//! mkfs.ext4. Tools a test uses are checked first and a missing one fails that test with the
+//! package to install.
+
+mod common;
+
+use std::ffi::CString;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+
+const RECORD: usize = 128 << 10;
+
+fn c_path(path: &Path) -> CString {
+    CString::new(path.as_os_str().as_bytes()).expect("path without NUL")
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// The bytes of `data` in records that are not all zeros: what the pool stores as logical
+/// bytes (all-zero records are holes).
+fn non_hole_bytes(data: &[u8]) -> u64 {
+    data.chunks(RECORD)
+        .filter(|c| c.iter().any(|&b| b != 0))
+        .map(|c| c.len() as u64)
+        .sum()
+}
+
+// ---- 1. corpus round trip
+
+/// Writes ~64 MB of mixed data below `dir`; returns (bytes written, bytes outside holes).
+fn write_corpus(dir: &Path) -> (u64, u64) {
+    let mut files: Vec<(String, Vec<u8>)> = vec![
+        ("text/app-1.log".into(), text_like(1, 9 << 20)),
+        ("text/app-2.log".into(), text_like(2, (7 << 20) + 12_345)),
+        (
+            "text/nested/deeper/app-3.log".into(),
+            text_like(3, (5 << 20) - 777),
+        ),
+        ("fastq/sample-1.fastq".into(), fastq_like(4, 10 << 20)),
+        (
+            "fastq/sample-2.fastq".into(),
+            fastq_like(5, (8 << 20) + 333),
+        ),
+        ("random/blob.bin".into(), random_bytes(6, (10 << 20) + 4321)),
+        ("zeros/zeros.img".into(), vec![0; 8 << 20]),
+    ];
+    // Text, then zeros, then FASTQ, then zeros again up to an unaligned end.
+    let mut mixed = text_like(7, (2 << 20) + 1000);
+    mixed.resize(mixed.len() + (2 << 20), 0);
+    mixed.extend(fastq_like(8, (1 << 20) + 17));
+    mixed.resize(mixed.len() + 999_999, 0);
+    files.push(("zeros/mixed.img".into(), mixed));
+    let mut rng = Rng::new(9);
+    for i in 0..40 {
+        let n = rng.range(1, 64 << 10) as usize;
+        files.push((format!("small/random-{i:02}.bin"), random_bytes(100 + i, n)));
+    }
+    for i in 0..120 {
+        let n = rng.range(0, 20_000) as usize;
+        files.push((
+            format!("small/d{}/note-{i:03}.txt", i % 7),
+            text_like(200 + i, n),
+        ));
+    }
+    let (mut written, mut logical) = (0, 0);
+    for (name, data) in &files {
+        let path = dir.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, data).unwrap();
+        written += data.len() as u64;
+        logical += non_hole_bytes(data);
+    }
+    (written, logical)
+}
+
+#[test]
+fn corpus_round_trip_compresses_and_survives_a_remount() {
+    require_tool("cp", "coreutils");
+    let mut f = Fixture::new("corpus");
+    let src = f.scratch("corpus");
+    let (written, logical) = write_corpus(&src);
+    assert!(written > 60 << 20, "the corpus is {written} bytes");
+
+    exec(cmd(
+        "cp",
+        ["-r".as_ref(), src.as_os_str(), f.p("corpus").as_os_str()],
+    ))
+    .ok();
+    fsync_tree(&f.p("corpus"));
+    let s = f.status();
+    assert_eq!(s["logical_bytes"], logical, "status after the copy: {s}");
+    assert!(s["ratio"].as_f64().unwrap() > 1.0, "no compression: {s}");
+    assert!(
+        s["holes"].as_u64().unwrap() >= 64,
+        "zeros not stored as holes: {s}"
+    );
+    assert!(s["stored_bytes"].as_u64().unwrap() < logical, "{s}");
+    assert_eq!(s["corruptions"], 0, "{s}");
+    assert!(assert_trees_equal(&src, &f.p("corpus")) >= 160);
+
+    f.remount(&[]);
+    assert_eq!(assert_trees_equal(&src, &f.p("corpus")), 168);
+    let s = f.status();
+    assert_eq!(s["logical_bytes"], logical, "status after the remount: {s}");
+    assert!(s["ratio"].as_f64().unwrap() > 1.0, "{s}");
+}
+
+// ---- 2. tar
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("the workspace root")
+}
+
+#[test]
+fn tar_of_a_source_tree_in_and_out() {
+    require_tool("tar", "tar");
+    require_tool("diff", "diffutils");
+    let f = Fixture::new("tar");
+    let tarball = f.p("crates.tar");
+    let root = repo_root();
+    exec(
+        cmd("tar", ["-cf".as_ref(), tarball.as_os_str(), "-C".as_ref()])
+            .arg(&root)
+            .arg("crates"),
+    )
+    .ok();
+
+    // Extract inside the mount, and (from the tarball in the mount) on the host.
+    let inside = f.p("extracted");
+    let outside = f.scratch("extracted");
+    for dir in [&inside, &outside] {
+        std::fs::create_dir(dir).unwrap();
+        exec(cmd(
+            "tar",
+            [
+                "-xf".as_ref(),
+                tarball.as_os_str(),
+                "-C".as_ref(),
+                dir.as_os_str(),
+            ],
+        ))
+        .ok();
+    }
+    exec(cmd(
+        "diff",
+        ["-r".as_ref(), outside.as_os_str(), inside.as_os_str()],
+    ))
+    .ok();
+    // tar's own comparison also checks sizes, modes and modification times in the mount.
+    exec(cmd(
+        "tar",
+        [
+            "-df".as_ref(),
+            tarball.as_os_str(),
+            "-C".as_ref(),
+            inside.as_os_str(),
+        ],
+    ))
+    .ok();
+    let files = assert_trees_equal(&outside.join("crates"), &inside.join("crates"));
+    assert!(files > 20, "only {files} files in the source tree");
+
+    // And out again: a tarball of the tree in the mount lists the same entries.
+    let out_tar = f.scratch("out.tar");
+    exec(cmd(
+        "tar",
+        [
+            "-cf".as_ref(),
+            out_tar.as_os_str(),
+            "-C".as_ref(),
+            inside.as_os_str(),
+            "crates".as_ref(),
+        ],
+    ))
+    .ok();
+    let list = |t: &Path| {
+        let out = exec(cmd("tar", ["-tvf".as_ref(), t.as_os_str()])).ok();
+        let mut lines: Vec<String> = out.lines().map(str::to_string).collect();
+        lines.sort();
+        lines
+    };
+    assert_eq!(list(&tarball), list(&out_tar));
+}
+
+// ---- 3. git
+
+fn git(repo: &Path, home: &Path, args: &[&str]) -> String {
+    let mut c = cmd("git", args);
+    c.current_dir(repo)
+        .env("HOME", home)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "Test")
+        .env("GIT_AUTHOR_EMAIL", "test@example.com")
+        .env("GIT_COMMITTER_NAME", "Test")
+        .env("GIT_COMMITTER_EMAIL", "test@example.com");
+    exec(&mut c).ok()
+}
+
+#[test]
+fn git_repository_in_the_mount_survives_a_remount() {
+    require_tool("git", "git");
+    let mut f = Fixture::new("git");
+    let home = f.scratch("home");
+    std::fs::create_dir(&home).unwrap();
+    let repo = f.p("repo");
+    std::fs::create_dir(&repo).unwrap();
+    git(&repo, &home, &["init", "-q", "-b", "main"]);
+    for i in 0..6u64 {
+        std::fs::create_dir_all(repo.join("src")).unwrap();
+        std::fs::write(repo.join(format!("src/file-{i}.txt")), text_like(i, 30_000)).unwrap();
+        std::fs::write(
+            repo.join("data.log"),
+            text_like(50 + i, 200_000 + 999 * i as usize),
+        )
+        .unwrap();
+        if i == 3 {
+            std::fs::rename(repo.join("src/file-0.txt"), repo.join("renamed.txt")).unwrap();
+            std::fs::remove_file(repo.join("src/file-1.txt")).unwrap();
+        }
+        git(&repo, &home, &["add", "-A"]);
+        git(
+            &repo,
+            &home,
+            &["commit", "-q", "-m", &format!("commit {i}")],
+        );
+        if i == 4 {
+            // Pack files and their index, written and renamed by git itself.
+            git(&repo, &home, &["gc", "-q"]);
+        }
+    }
+    git(&repo, &home, &["fsck", "--full", "--strict"]);
+
+    f.remount(&[]);
+    git(&repo, &home, &["fsck", "--full", "--strict"]);
+    let log = git(&repo, &home, &["log", "--format=%s"]);
+    let subjects: Vec<&str> = log.lines().collect();
+    assert_eq!(
+        subjects,
+        ["commit 5", "commit 4", "commit 3", "commit 2", "commit 1", "commit 0"]
+    );
+    assert_eq!(git(&repo, &home, &["status", "--porcelain"]), "");
+    let shown = git(&repo, &home, &["show", "HEAD~2:data.log"]);
+    assert_bytes_eq(
+        shown.as_bytes(),
+        &text_like(53, 200_000 + 999 * 3),
+        "data.log at HEAD~2",
+    );
+    assert_file_eq(&repo.join("data.log"), &text_like(55, 200_000 + 999 * 5));
+}
+
+// ---- 4. rsync
+
+/// A tree with nested directories, small and large files, symlinks, modes and old mtimes.
+fn make_tree(dir: &Path) {
+    let mut rng = Rng::new(77);
+    for i in 0..60u64 {
+        let sub = dir.join(format!("d{}/e{}", i % 5, i % 3));
+        std::fs::create_dir_all(&sub).unwrap();
+        let n = match i % 4 {
+            0 => rng.range(0, 4096),
+            1 => rng.range(4096, 300_000),
+            2 => rng.range(300_000, 2_000_000),
+            _ => rng.range(1, 100),
+        } as usize;
+        let data = if i % 2 == 0 {
+            text_like(1000 + i, n)
+        } else {
+            random_bytes(1000 + i, n)
+        };
+        let path = sub.join(format!("f{i}.dat"));
+        std::fs::write(&path, data).unwrap();
+        std::fs::set_permissions(
+            &path,
+            std::fs::Permissions::from_mode(0o600 + (i as u32 % 0o100)),
+        )
+        .unwrap();
+        set_mtime(&path, 1_600_000_000 + i as i64 * 1000);
+    }
+    std::os::unix::fs::symlink("d0/e0/f0.dat", dir.join("link-to-f0")).unwrap();
+    std::os::unix::fs::symlink("nowhere", dir.join("dangling")).unwrap();
+}
+
+fn set_mtime(path: &Path, secs: i64) {
+    let times = [
+        libc::timespec {
+            tv_sec: secs,
+            tv_nsec: 0,
+        },
+        libc::timespec {
+            tv_sec: secs,
+            tv_nsec: 0,
+        },
+    ];
+    // SAFETY: a valid path and two timespecs.
+    let rc = unsafe { libc::utimensat(libc::AT_FDCWD, c_path(path).as_ptr(), times.as_ptr(), 0) };
+    assert_eq!(rc, 0, "utimensat {}: errno {}", path.display(), errno());
+}
+
+#[test]
+fn rsync_in_and_checksummed_rsync_out() {
+    require_tool("rsync", "rsync");
+    let mut f = Fixture::new("rsync");
+    let src = f.scratch("src");
+    make_tree(&src);
+    let slash = |p: &Path| format!("{}/", p.display());
+    let dst = f.p("dst");
+    exec(cmd("rsync", ["-a", &slash(&src), &slash(&dst)])).ok();
+    f.remount(&[]);
+
+    // Nothing to transfer by checksum: contents, modes, times and links all arrived.
+    let changes = exec(cmd(
+        "rsync",
+        [
+            "-a",
+            "--checksum",
+            "--dry-run",
+            "--itemize-changes",
+            &slash(&src),
+            &slash(&dst),
+        ],
+    ))
+    .ok();
+    assert_eq!(
+        changes.trim(),
+        "",
+        "rsync sees differences after the remount"
+    );
+
+    let fresh = f.scratch("fresh");
+    exec(cmd(
+        "rsync",
+        ["-a", "--checksum", &slash(&dst), &slash(&fresh)],
+    ))
+    .ok();
+    assert_eq!(assert_trees_equal(&src, &fresh), 60);
+    for i in 0..60u64 {
+        let rel = format!("d{}/e{}/f{i}.dat", i % 5, i % 3);
+        let (a, b) = (
+            std::fs::metadata(src.join(&rel)).unwrap(),
+            std::fs::metadata(fresh.join(&rel)).unwrap(),
+        );
+        assert_eq!(a.mode(), b.mode(), "mode of {rel}");
+        assert_eq!(a.mtime(), b.mtime(), "mtime of {rel}");
+    }
+}
+
+// ---- 5. concurrent writers
+
+#[test]
+fn concurrent_writers_to_one_file_and_to_many_files() {
+    let mut f = Fixture::new("concurrent");
+    // One file, disjoint unaligned ranges written by 6 threads in random order.
+    let size = (24 << 20) + 5_555;
+    let expected = text_like(31, size);
+    let mut ranges = Vec::new();
+    let mut rng = Rng::new(32);
+    let mut pos = 0;
+    while pos < size {
+        let n = (rng.range(1, 400_000) as usize).min(size - pos);
+        ranges.push((pos, n));
+        pos += n;
+    }
+    rng.shuffle(&mut ranges);
+    let shared = f.p("shared.dat");
+    let file = File::create(&shared).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..6 {
+            let (file, expected, ranges) = (&file, &expected, &ranges);
+            s.spawn(move || {
+                for &(off, n) in ranges.iter().skip(t).step_by(6) {
+                    file.write_all_at(&expected[off..off + n], off as u64)
+                        .unwrap();
+                }
+            });
+        }
+    });
+    file.sync_all().unwrap();
+    drop(file);
+
+    // Many files, each written by its own thread in odd-sized chunks.
+    let contents = |t: u64, i: u64| -> Vec<u8> {
+        let n = ((t * 7 + i * 13) % 23) as usize * 37_000 + i as usize;
+        if i.is_multiple_of(3) {
+            random_bytes(t * 100 + i, n)
+        } else {
+            fastq_like(t * 100 + i, n)
+        }
+    };
+    std::thread::scope(|s| {
+        for t in 0..8u64 {
+            let dir = f.p(&format!("t{t}"));
+            s.spawn(move || {
+                std::fs::create_dir(&dir).unwrap();
+                for i in 0..12u64 {
+                    let data = contents(t, i);
+                    let mut file = File::create(dir.join(format!("f{i}"))).unwrap();
+                    for chunk in data.chunks(10_007 + 1000 * t as usize) {
+                        file.write_all(chunk).unwrap();
+                    }
+                    file.sync_all().unwrap();
+                }
+            });
+        }
+    });
+
+    let check = |f: &Fixture| {
+        assert_file_eq(&f.p("shared.dat"), &expected);
+        for t in 0..8 {
+            for i in 0..12 {
+                assert_file_eq(&f.p(&format!("t{t}/f{i}")), &contents(t, i));
+            }
+        }
+    };
+    check(&f);
+    f.remount(&[]);
+    check(&f);
+}
+
+// ---- 6. shared writable mmap
+
+#[test]
+fn shared_writable_mmap_persists() {
+    let mut f = Fixture::new("mmap");
+    let path = f.p("mapped.bin");
+    let size = (3 << 20) + 12_345;
+    let mut expected = text_like(61, size);
+    std::fs::write(&path, &expected).unwrap();
+
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    // SAFETY: mapping `size` bytes of a file of that size, shared, for reading and writing.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(map, libc::MAP_FAILED, "mmap: errno {}", errno());
+    // SAFETY: the mapping is `size` bytes long and nothing else aliases it in this process.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(map.cast::<u8>(), size) };
+    assert_bytes_eq(bytes, &expected, "mapped contents before writing");
+    let mut rng = Rng::new(62);
+    for _ in 0..200 {
+        let off = rng.below(size as u64 - 5000) as usize;
+        let n = rng.range(1, 5000) as usize;
+        let patch = random_bytes(off as u64, n);
+        bytes[off..off + n].copy_from_slice(&patch);
+        expected[off..off + n].copy_from_slice(&patch);
+    }
+    // Across a record boundary and at the very end.
+    bytes[RECORD - 3..RECORD + 3].copy_from_slice(b"<span>");
+    expected[RECORD - 3..RECORD + 3].copy_from_slice(b"<span>");
+    bytes[size - 4..].copy_from_slice(b"END!");
+    expected[size - 4..].copy_from_slice(b"END!");
+    // SAFETY: the mapping made above, synced and unmapped once.
+    unsafe {
+        assert_eq!(
+            libc::msync(map, size, libc::MS_SYNC),
+            0,
+            "msync: errno {}",
+            errno()
+        );
+        assert_eq!(libc::munmap(map, size), 0, "munmap: errno {}", errno());
+    }
+    file.sync_all().unwrap();
+    drop(file);
+
+    assert_file_eq(&path, &expected);
+    f.remount(&[]);
+    assert_file_eq(&path, &expected);
+}
+
+// ---- 7. kill -9 of the daemon
+
+/// The contents the crash test appends: chunk `i` of an odd size.
+fn chunk(i: u64) -> Vec<u8> {
+    let mut c = text_like(i, 70_001);
+    c[..8].copy_from_slice(&i.to_le_bytes());
+    c
+}
+
+#[test]
+fn kill_9_of_the_daemon_keeps_every_fsynced_byte() {
+    require_tool("fusermount3", "fuse3");
+    let mut f = Fixture::unmounted("kill9", &[]);
+    let log = File::create(f.scratch("daemon.log")).unwrap();
+    let child = std::process::Command::new(presso_bin())
+        .arg("mount")
+        .arg("-f")
+        .arg(&f.pool)
+        .arg(&f.mnt)
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("start `presso mount -f`");
+    let mut daemon = KillOnDrop(child);
+    f.set_mounted(true);
+    assert!(
+        wait_until(Duration::from_secs(30), || is_mounted(&f.mnt)),
+        "`presso mount -f` did not mount"
+    );
+
+    let synced = Arc::new(AtomicU64::new(0));
+    let path = f.p("log.bin");
+    let writer = {
+        let (synced, path) = (synced.clone(), path.clone());
+        std::thread::spawn(move || -> std::io::Error {
+            let mut file = match File::create(&path) {
+                Ok(file) => file,
+                Err(e) => return e,
+            };
+            let mut len = 0u64;
+            for i in 0.. {
+                let c = chunk(i);
+                if let Err(e) = file.write_all(&c) {
+                    return e;
+                }
+                len += c.len() as u64;
+                if i % 8 == 7 {
+                    if let Err(e) = file.sync_all() {
+                        return e;
+                    }
+                    synced.store(len, Ordering::SeqCst);
+                }
+            }
+            unreachable!()
+        })
+    };
+    assert!(
+        wait_until(Duration::from_secs(60), || synced.load(Ordering::SeqCst)
+            >= 6 << 20),
+        "the writer did not get 6 MB fsynced in time"
+    );
+    // SAFETY: signalling our own child.
+    assert_eq!(
+        unsafe { libc::kill(daemon.0.id() as i32, libc::SIGKILL) },
+        0
+    );
+    let status = daemon.0.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGKILL)
+    );
+    let error = writer.join().expect("writer thread");
+    eprintln!("the writer stopped with: {error}");
+    let synced = synced.load(Ordering::SeqCst);
+
+    exec(cmd("fusermount3", ["-uz".as_ref(), f.mnt.as_os_str()])).ok();
+    f.set_mounted(false);
+    assert!(!is_mounted(&f.mnt));
+    // At once: the dead daemon's lock is gone with it.
+    f.mount(&[]);
+    let data = std::fs::read(&path).unwrap();
+    assert!(
+        data.len() as u64 >= synced,
+        "{} bytes survived, {synced} were fsynced",
+        data.len()
+    );
+    let mut expected = Vec::with_capacity(data.len() + 70_001);
+    let mut i = 0;
+    while (expected.len() as u64) < synced {
+        expected.extend(chunk(i));
+        i += 1;
+    }
+    assert_eq!(expected.len() as u64, synced);
+    assert_bytes_eq(&data[..synced as usize], &expected, "the fsynced prefix");
+
+    let out = f.presso_on_mount(&["scrub", "--json"]).ok();
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["damaged"], serde_json::json!([]), "{report}");
+    assert_eq!(report["damaged_entries"], serde_json::json!([]), "{report}");
+    assert!(report["records_checked"].as_u64().unwrap() > 0, "{report}");
+}
+
+// ---- 8. property change half way through a file
+
+#[test]
+fn compression_change_half_way_through_a_file() {
+    let mut f = Fixture::new("props");
+    let dir = f.p("logs");
+    std::fs::create_dir(&dir).unwrap();
+    exec(presso().args(["set", "compression=gzip-6"]).arg(&dir)).ok();
+    let data = text_like(81, 8 << 20);
+    let half = (4 << 20) + 1234;
+    let path = dir.join("big.log");
+    let mut file = File::create(&path).unwrap();
+    file.write_all(&data[..half]).unwrap();
+    file.sync_all().unwrap();
+    let codec_records = |f: &Fixture, name: &str| -> u64 {
+        let s = f.status();
+        s["codecs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["codec"] == name)
+            .map(|c| c["records"].as_u64().unwrap())
+            .sum()
+    };
+    assert!(codec_records(&f, "gzip") >= 32);
+    assert_eq!(codec_records(&f, "zstd"), 0);
+
+    let out = exec(presso().args(["set", "compression=zstd-3"]).arg(&dir)).ok();
+    assert!(out.contains("zstd-3"), "{out}");
+    let got = exec(presso().args(["get", "compression", "--json"]).arg(&dir)).ok();
+    assert!(got.contains("\"zstd-3\"") && got.contains("local"), "{got}");
+    file.write_all(&data[half..]).unwrap();
+    file.sync_all().unwrap();
+    drop(file);
+    let second = fastq_like(82, (3 << 20) + 5);
+    std::fs::write(dir.join("second.fastq"), &second).unwrap();
+    File::open(dir.join("second.fastq"))
+        .unwrap()
+        .sync_all()
+        .unwrap();
+
+    assert!(codec_records(&f, "zstd") >= 32 + 24);
+    let s = f.status();
+    assert!(s["ratio"].as_f64().unwrap() > 1.0, "{s}");
+    assert_file_eq(&path, &data);
+    assert_file_eq(&dir.join("second.fastq"), &second);
+
+    f.remount(&[]);
+    assert_file_eq(&path, &data);
+    assert_file_eq(&dir.join("second.fastq"), &second);
+    let got = exec(presso().args(["get", "compression"]).arg(&dir)).ok();
+    assert!(got.contains("zstd-3"), "{got}");
+}
+
+// ---- 9. ENOSPC
+
+/// An ext4 image loop-mounted for one test; unmounted and its loop device detached on drop.
+struct LoopMount {
+    image: PathBuf,
+    dir: PathBuf,
+}
+
+impl LoopMount {
+    fn new(image: PathBuf, dir: PathBuf, megabytes: u64) -> LoopMount {
+        File::create(&image)
+            .unwrap()
+            .set_len(megabytes << 20)
+            .unwrap();
+        exec(cmd(
+            "mkfs.ext4",
+            [
+                "-q".as_ref(),
+                "-F".as_ref(),
+                "-m".as_ref(),
+                "0".as_ref(),
+                image.as_os_str(),
+            ],
+        ))
+        .ok();
+        std::fs::create_dir_all(&dir).unwrap();
+        let guard = LoopMount { image, dir };
+        exec(cmd(
+            "mount",
+            [
+                "-o".as_ref(),
+                "loop".as_ref(),
+                guard.image.as_os_str(),
+                guard.dir.as_os_str(),
+            ],
+        ))
+        .ok();
+        guard
+    }
+}
+
+impl Drop for LoopMount {
+    fn drop(&mut self) {
+        let run = |program: &str, args: &[&std::ffi::OsStr]| {
+            std::process::Command::new(program)
+                .args(args)
+                .stdin(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        // The daemon may still be closing its files for a moment after it let go of its lock.
+        let unmounted = wait_until(Duration::from_secs(10), || {
+            !is_mounted(&self.dir) || run("umount", &[self.dir.as_os_str()])
+        });
+        if !unmounted {
+            run("umount", &["-l".as_ref(), self.dir.as_os_str()]);
+        }
+        // `mount -o loop` detaches on unmount; detach explicitly if that did not happen.
+        if let Ok(out) = std::process::Command::new("losetup")
+            .arg("-j")
+            .arg(&self.image)
+            .output()
+        {
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                if let Some((dev, _)) = line.split_once(':') {
+                    run("losetup", &["-d".as_ref(), dev.as_ref()]);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_full_disk_gives_enospc_and_the_pool_recovers() {
+    require_tool("mkfs.ext4", "e2fsprogs");
+    require_tool("losetup", "mount");
+    let scratch = scratch_dir("enospc");
+    let disk = LoopMount::new(
+        scratch.path().join("disk.img"),
+        scratch.path().join("disk"),
+        96,
+    );
+    let mut f = Fixture::create_in(
+        disk.dir.join("pool"),
+        scratch.path().join("mnt"),
+        None,
+        &["compression=lz4"],
+    );
+    f.mount(&[]);
+
+    // Incompressible files until the disk is full.
+    let contents = |i: u64| random_bytes(900 + i, (1 << 20) + 4099 * i as usize);
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let mnt = f.mnt.clone();
+    std::thread::spawn(move || {
+        let mut written = Vec::new();
+        let failure = (|| {
+            for i in 0..400u64 {
+                let mut file = File::create(mnt.join(format!("f{i}")))?;
+                file.write_all(&contents(i))?;
+                file.sync_all()?;
+                written.push(i);
+            }
+            Ok(())
+        })();
+        let _ = done_tx.send((written, failure));
+    });
+    let (written, failure): (Vec<u64>, std::io::Result<()>) = done_rx
+        .recv_timeout(Duration::from_secs(120))
+        .expect("writing to a full disk hangs");
+    let error = failure.expect_err("400 MB fitted on a 96 MB disk");
+    assert_eq!(
+        error.raw_os_error(),
+        Some(libc::ENOSPC),
+        "a full disk should fail with ENOSPC, got {error}"
+    );
+    assert!(written.len() >= 4, "only {} files fitted", written.len());
+    for &i in &written {
+        assert_file_eq(&f.p(&format!("f{i}")), &contents(i));
+    }
+
+    // Free space: remove the file that failed and two good files in three, then collect.
+    let failed = f.p(&format!("f{}", written.last().unwrap() + 1));
+    if failed.exists() {
+        std::fs::remove_file(&failed).unwrap();
+    }
+    let (gone, kept): (Vec<u64>, Vec<u64>) = written.iter().partition(|&&i| i % 3 != 0);
+    for i in &gone {
+        if let Err(e) = std::fs::remove_file(f.p(&format!("f{i}"))) {
+            let df = tool("df", &[&"-B1", &disk.dir]).stdout;
+            panic!("cannot delete a file to free space: {e}\n{df}");
+        }
+    }
+    let out = f.presso_on_mount(&["gc", "--json"]).ok();
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        report["bytes_removed"].as_u64().unwrap() > 0,
+        "gc freed nothing: {report}"
+    );
+    for &i in &kept {
+        assert_file_eq(&f.p(&format!("f{i}")), &contents(i));
+    }
+    // New writes fit again.
+    let fresh = random_bytes(5, 3 << 20);
+    let mut file = File::create(f.p("after-gc")).expect("create after gc");
+    file.write_all(&fresh).expect("write after gc");
+    file.sync_all().expect("fsync after gc");
+    drop(file);
+
+    f.remount(&[]);
+    for &i in &kept {
+        assert_file_eq(&f.p(&format!("f{i}")), &contents(i));
+    }
+    assert_file_eq(&f.p("after-gc"), &fresh);
+    let out = f.presso_on_mount(&["scrub"]);
+    out.ok();
+    f.unmount();
+    drop(f);
+    drop(disk);
+}
+
+// ---- 10. permissions for another user
+
+/// Runs `program args` as nobody; returns (success, stderr).
+fn as_nobody(program: &str, args: &[&Path]) -> (bool, String) {
+    let mut c = cmd(
+        "setpriv",
+        ["--reuid=65534", "--regid=65534", "--clear-groups", program],
+    );
+    c.args(args);
+    let out = exec(&mut c);
+    (out.status.success(), out.stderr)
+}
+
+#[test]
+fn other_users_meet_permissions_and_allow_other() {
+    require_tool("setpriv", "util-linux");
+    let mut f = Fixture::unmounted("perms", &[]);
+    f.mount(&["allow_other"]);
+    let private = f.p("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(private.join("secret"), b"secret").unwrap();
+    std::fs::write(f.p("public"), b"hello\n").unwrap();
+    std::fs::set_permissions(f.p("public"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(f.p("mine"), b"root only\n").unwrap();
+    std::fs::set_permissions(f.p("mine"), std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    // Allowed in, so the root directory and a world-readable file are readable...
+    let (ok, err) = as_nobody("ls", &[&f.mnt]);
+    assert!(ok, "nobody cannot list the root with allow_other: {err}");
+    let (ok, err) = as_nobody("cat", &[&f.p("public")]);
+    assert!(ok, "nobody cannot read a 0644 file: {err}");
+    // ...but the mode bits still apply.
+    for (program, path) in [
+        ("ls", private.clone()),
+        ("cat", private.join("secret")),
+        ("cat", f.p("mine")),
+    ] {
+        let (ok, err) = as_nobody(program, &[&path]);
+        assert!(!ok, "nobody could {program} {}", path.display());
+        assert!(err.contains("Permission denied"), "{program}: {err}");
+    }
+    let (ok, err) = as_nobody("touch", &[&f.p("new-file")]);
+    assert!(!ok && err.contains("Permission denied"), "touch: {err}");
+    // Where the mode allows, files another user creates are theirs.
+    let shared = f.p("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let (ok, err) = as_nobody("mkdir", &[&shared.join("theirs")]);
+    assert!(ok, "mkdir in a 1777 directory: {err}");
+    let (ok, err) = as_nobody("touch", &[&shared.join("theirs/file")]);
+    assert!(ok, "touch in their own directory: {err}");
+    let m = std::fs::metadata(shared.join("theirs/file")).unwrap();
+    assert_eq!((m.uid(), m.gid()), (65534, 65534));
+
+    // Without allow_other nobody else gets in at all, not even to the root.
+    f.remount(&[]);
+    for (program, path) in [
+        ("ls", f.mnt.clone()),
+        ("cat", f.p("public")),
+        ("stat", f.mnt.clone()),
+    ] {
+        let (ok, err) = as_nobody(program, &[&path]);
+        assert!(
+            !ok,
+            "nobody could {program} {} without allow_other",
+            path.display()
+        );
+        assert!(err.contains("Permission denied"), "{program}: {err}");
+    }
+    assert_eq!(std::fs::read(f.p("public")).unwrap(), b"hello\n");
+}
+
+// ---- 11. POSIX basics
+
+#[test]
+fn hard_links_symlinks_and_renames() {
+    let mut f = Fixture::new("links");
+    let a = f.p("a");
+    std::fs::write(&a, b"first").unwrap();
+    std::fs::create_dir(f.p("dir")).unwrap();
+    let b = f.p("dir/b");
+    std::fs::hard_link(&a, &b).unwrap();
+    let (ma, mb) = (
+        std::fs::metadata(&a).unwrap(),
+        std::fs::metadata(&b).unwrap(),
+    );
+    assert_eq!((ma.nlink(), mb.nlink()), (2, 2));
+    assert_eq!(ma.ino(), mb.ino());
+    OpenOptions::new()
+        .append(true)
+        .open(&b)
+        .unwrap()
+        .write_all(b" second")
+        .unwrap();
+    assert_eq!(std::fs::read(&a).unwrap(), b"first second");
+
+    std::os::unix::fs::symlink("dir/b", f.p("sym")).unwrap();
+    std::os::unix::fs::symlink("/no/such/target", f.p("dangling")).unwrap();
+    assert_eq!(std::fs::read_link(f.p("sym")).unwrap(), Path::new("dir/b"));
+    assert!(std::fs::symlink_metadata(f.p("sym"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(std::fs::read(f.p("sym")).unwrap(), b"first second");
+    assert!(std::fs::metadata(f.p("dangling")).is_err());
+
+    // Rename over an existing file replaces it.
+    std::fs::write(f.p("old"), b"old contents").unwrap();
+    std::fs::write(f.p("new"), b"new contents").unwrap();
+    let new_ino = std::fs::metadata(f.p("new")).unwrap().ino();
+    std::fs::rename(f.p("new"), f.p("old")).unwrap();
+    assert!(!f.p("new").exists());
+    assert_eq!(std::fs::read(f.p("old")).unwrap(), b"new contents");
+    assert_eq!(std::fs::metadata(f.p("old")).unwrap().ino(), new_ino);
+    // Rename of a directory, and across directories.
+    std::fs::rename(f.p("dir"), f.p("moved")).unwrap();
+    std::fs::rename(f.p("old"), f.p("moved/old")).unwrap();
+
+    std::fs::remove_file(&a).unwrap();
+    assert_eq!(std::fs::metadata(f.p("moved/b")).unwrap().nlink(), 1);
+
+    f.remount(&[]);
+    assert_eq!(std::fs::read(f.p("moved/b")).unwrap(), b"first second");
+    assert_eq!(std::fs::metadata(f.p("moved/b")).unwrap().nlink(), 1);
+    assert_eq!(std::fs::read(f.p("moved/old")).unwrap(), b"new contents");
+    assert_eq!(
+        std::fs::read_link(f.p("dangling")).unwrap(),
+        Path::new("/no/such/target")
+    );
+    assert_eq!(std::fs::read_link(f.p("sym")).unwrap(), Path::new("dir/b"));
+    let mut names: Vec<_> = std::fs::read_dir(&f.mnt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["dangling", "moved", "sym"]);
+}
+
+#[test]
+fn unlinked_open_file_stays_readable_and_its_space_is_released_after_close() {
+    let mut f = Fixture::new("unlink");
+    let doomed = text_like(111, (3 << 20) + 17);
+    let victim = random_bytes(112, (2 << 20) + 5);
+    let replacement = text_like(113, 100_000);
+    std::fs::write(f.p("doomed"), &doomed).unwrap();
+    std::fs::write(f.p("victim"), &victim).unwrap();
+    fsync_tree(&f.mnt);
+    // With a cold page cache, reads through the descriptors below reach the daemon.
+    f.remount(&[]);
+
+    let mut file = File::open(f.p("doomed")).unwrap();
+    std::fs::remove_file(f.p("doomed")).unwrap();
+    assert!(!f.p("doomed").exists());
+    let mut got = Vec::new();
+    file.read_to_end(&mut got).unwrap();
+    assert_bytes_eq(&got, &doomed, "read through the unlinked file's descriptor");
+    file.seek(SeekFrom::Start(RECORD as u64 + 5)).unwrap();
+    let mut some = [0u8; 100];
+    file.read_exact(&mut some).unwrap();
+    assert_eq!(&some[..], &doomed[RECORD + 5..RECORD + 105]);
+
+    // Renaming over an open file leaves the descriptor on the old contents.
+    let old = File::open(f.p("victim")).unwrap();
+    std::fs::write(f.p("replacement"), &replacement).unwrap();
+    std::fs::rename(f.p("replacement"), f.p("victim")).unwrap();
+    let mut got = vec![0u8; victim.len()];
+    old.read_exact_at(&mut got, 0).unwrap();
+    assert_bytes_eq(&got, &victim, "read through the replaced file's descriptor");
+    assert_file_eq(&f.p("victim"), &replacement);
+    let names: Vec<_> = std::fs::read_dir(&f.mnt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["victim"]);
+
+    File::open(f.p("victim")).unwrap().sync_all().unwrap();
+    let all = (doomed.len() + victim.len() + replacement.len()) as u64;
+    assert_eq!(
+        f.status()["logical_bytes"],
+        all,
+        "released while still open"
+    );
+    drop((file, old));
+    // The kernel sends the release after close() returns.
+    let released = wait_until(Duration::from_secs(20), || {
+        f.status()["logical_bytes"] == replacement.len() as u64
+    });
+    assert!(
+        released,
+        "space not released after the last close: {}",
+        f.status()
+    );
+    let s = f.status();
+    assert!(
+        s["garbage_bytes"].as_u64().unwrap() >= victim.len() as u64,
+        "{s}"
+    );
+    let out = f.presso_on_mount(&["gc", "--json"]).ok();
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        report["bytes_removed"].as_u64().unwrap() >= victim.len() as u64,
+        "{report}"
+    );
+    let after = f.status();
+    assert!(
+        after["disk_bytes"].as_u64().unwrap() < s["disk_bytes"].as_u64().unwrap(),
+        "gc left the disk usage as it was: {after}"
+    );
+    assert_file_eq(&f.p("victim"), &replacement);
+
+    f.remount(&[]);
+    assert_eq!(f.status()["logical_bytes"], replacement.len() as u64);
+    assert_file_eq(&f.p("victim"), &replacement);
+}
+
+fn stat_times(path: &Path) -> (i64, i64, i64, i64) {
+    let m = std::fs::metadata(path).unwrap();
+    (m.atime(), m.atime_nsec(), m.mtime(), m.mtime_nsec())
+}
+
+#[test]
+fn chmod_chown_and_utimens_show_in_stat() {
+    let mut f = Fixture::new("attrs");
+    let path = f.p("file");
+    std::fs::write(&path, b"x").unwrap();
+    std::fs::create_dir(f.p("dir")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o4751)).unwrap();
+    std::fs::set_permissions(f.p("dir"), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    std::os::unix::fs::chown(&path, Some(1234), Some(5678)).unwrap();
+    std::os::unix::fs::lchown(f.p("dir"), Some(42), None).unwrap();
+    let times = [
+        libc::timespec {
+            tv_sec: 1_000_000_000,
+            tv_nsec: 123_456_789,
+        },
+        libc::timespec {
+            tv_sec: 1_500_000_000,
+            tv_nsec: 500_000_000,
+        },
+    ];
+    // SAFETY: a valid path and two timespecs.
+    let rc = unsafe { libc::utimensat(libc::AT_FDCWD, c_path(&path).as_ptr(), times.as_ptr(), 0) };
+    assert_eq!(rc, 0, "utimensat: errno {}", errno());
+
+    let check = |f: &Fixture| {
+        let m = std::fs::metadata(f.p("file")).unwrap();
+        // The chown after the chmod may clear set-user-ID, as on other file systems.
+        assert_eq!(m.mode() & 0o777, 0o751, "mode {:o}", m.mode());
+        assert_eq!((m.uid(), m.gid()), (1234, 5678));
+        assert_eq!(
+            stat_times(&f.p("file")),
+            (1_000_000_000, 123_456_789, 1_500_000_000, 500_000_000)
+        );
+        let d = std::fs::metadata(f.p("dir")).unwrap();
+        assert_eq!(d.mode() & 0o7777, 0o1777, "dir mode {:o}", d.mode());
+        assert_eq!((d.uid(), d.gid()), (42, 0));
+    };
+    check(&f);
+    f.remount(&[]);
+    check(&f);
+}
+
+fn set_xattr(path: &Path, name: &str, value: &[u8], flags: i32) -> i32 {
+    let name = CString::new(name).unwrap();
+    // SAFETY: valid path, name and value buffer.
+    let rc = unsafe {
+        libc::setxattr(
+            c_path(path).as_ptr(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            flags,
+        )
+    };
+    if rc == 0 {
+        0
+    } else {
+        errno()
+    }
+}
+
+fn get_xattr(path: &Path, name: &str) -> Result<Vec<u8>, i32> {
+    let name = CString::new(name).unwrap();
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: valid path and name, and a buffer of the given length.
+    let n = unsafe {
+        libc::getxattr(
+            c_path(path).as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        return Err(errno());
+    }
+    buf.truncate(n as usize);
+    Ok(buf)
+}
+
+fn list_xattrs(path: &Path) -> Vec<String> {
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: valid path and a buffer of the given length.
+    let n = unsafe { libc::listxattr(c_path(path).as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(n >= 0, "listxattr: errno {}", errno());
+    buf.truncate(n as usize);
+    let mut names: Vec<String> = buf
+        .split(|&b| b == 0)
+        .filter(|n| !n.is_empty())
+        .map(|n| String::from_utf8(n.to_vec()).unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn extended_attributes() {
+    let mut f = Fixture::new("xattr");
+    let path = f.p("file");
+    std::fs::write(&path, b"x").unwrap();
+    assert_eq!(set_xattr(&path, "user.colour", b"blue", 0), 0);
+    assert_eq!(set_xattr(&path, "user.binary", &[0, 1, 2, 255], 0), 0);
+    assert_eq!(
+        set_xattr(&path, "user.colour", b"red", libc::XATTR_CREATE),
+        libc::EEXIST
+    );
+    assert_eq!(
+        set_xattr(&path, "user.none", b"v", libc::XATTR_REPLACE),
+        libc::ENODATA
+    );
+    assert_eq!(
+        set_xattr(&path, "user.colour", b"green", libc::XATTR_REPLACE),
+        0
+    );
+    assert_eq!(get_xattr(&path, "user.colour").unwrap(), b"green");
+    assert_eq!(get_xattr(&path, "user.binary").unwrap(), [0, 1, 2, 255]);
+    assert_eq!(get_xattr(&path, "user.missing"), Err(libc::ENODATA));
+    assert_eq!(list_xattrs(&path), ["user.binary", "user.colour"]);
+    let name = CString::new("user.binary").unwrap();
+    // SAFETY: valid path and name.
+    assert_eq!(
+        unsafe { libc::removexattr(c_path(&path).as_ptr(), name.as_ptr()) },
+        0
+    );
+    assert_eq!(get_xattr(&path, "user.binary"), Err(libc::ENODATA));
+
+    f.remount(&[]);
+    assert_eq!(list_xattrs(&path), ["user.colour"]);
+    assert_eq!(get_xattr(&path, "user.colour").unwrap(), b"green");
+}
+
+#[test]
+fn truncate_fallocate_and_sparse_files() {
+    let mut f = Fixture::new("sizes");
+    // Truncate up and down.
+    let path = f.p("trunc");
+    let data = random_bytes(121, 300_001);
+    std::fs::write(&path, &data).unwrap();
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    file.set_len(1_000_000).unwrap();
+    let mut expected = data.clone();
+    expected.resize(1_000_000, 0);
+    assert_file_eq(&path, &expected);
+    file.set_len(100_000).unwrap();
+    file.set_len(400_000).unwrap();
+    expected.truncate(100_000);
+    expected.resize(400_000, 0);
+    assert_file_eq(&path, &expected);
+    file.sync_all().unwrap();
+    drop(file);
+
+    // fallocate mode 0 extends the size with zeros.
+    let falloc = f.p("falloc");
+    std::fs::write(&falloc, b"0123456789").unwrap();
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&falloc)
+        .unwrap();
+    // SAFETY: fallocate on an open descriptor.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, 5 << 20) };
+    assert_eq!(rc, 0, "fallocate: errno {}", errno());
+    assert_eq!(file.metadata().unwrap().len(), 5 << 20);
+    file.sync_all().unwrap();
+    drop(file);
+    let mut falloc_expected = b"0123456789".to_vec();
+    falloc_expected.resize(5 << 20, 0);
+    assert_file_eq(&falloc, &falloc_expected);
+
+    // A 10 MB hole between two megabytes of data.
+    let sparse = f.p("sparse");
+    let head = text_like(122, 1 << 20);
+    let tail = text_like(123, 1 << 20);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&sparse)
+        .unwrap();
+    file.write_all_at(&head, 0).unwrap();
+    file.write_all_at(&tail, 11 << 20).unwrap();
+    file.sync_all().unwrap();
+    let check_sparse = |file: &File| {
+        let fd = file.as_raw_fd();
+        let seek = |offset: i64, whence: i32| -> Result<i64, i32> {
+            // SAFETY: lseek on an open descriptor.
+            let r = unsafe { libc::lseek(fd, offset, whence) };
+            if r < 0 {
+                Err(errno())
+            } else {
+                Ok(r)
+            }
+        };
+        assert_eq!(seek(0, libc::SEEK_DATA), Ok(0));
+        assert_eq!(seek(0, libc::SEEK_HOLE), Ok(1 << 20));
+        assert_eq!(seek(1 << 20, libc::SEEK_DATA), Ok(11 << 20));
+        assert_eq!(seek(5 << 20, libc::SEEK_HOLE), Ok(5 << 20));
+        assert_eq!(seek(11 << 20, libc::SEEK_HOLE), Ok(12 << 20));
+        assert_eq!(seek(12 << 20, libc::SEEK_DATA), Err(libc::ENXIO));
+        let mut hole = vec![1u8; 10 << 20];
+        file.read_exact_at(&mut hole, 1 << 20).unwrap();
+        assert!(hole.iter().all(|&b| b == 0), "the hole reads as non-zero");
+    };
+    check_sparse(&file);
+    drop(file);
+
+    f.remount(&[]);
+    assert_file_eq(&path, &expected);
+    assert_file_eq(&falloc, &falloc_expected);
+    // Truncating committed records: the partial record keeps its head, later ones go.
+    let file = OpenOptions::new().write(true).open(&path).unwrap();
+    file.set_len(150_000).unwrap();
+    file.set_len(700_000).unwrap();
+    file.sync_all().unwrap();
+    drop(file);
+    expected.truncate(150_000);
+    expected.resize(700_000, 0);
+    assert_file_eq(&path, &expected);
+    let file = File::open(&sparse).unwrap();
+    check_sparse(&file);
+    assert_eq!(file.metadata().unwrap().len(), 12 << 20);
+    let mut got = vec![0u8; 1 << 20];
+    file.read_exact_at(&mut got, 11 << 20).unwrap();
+    assert_bytes_eq(&got, &tail, "data after the hole");
+    drop(file);
+
+    f.remount(&[]);
+    assert_file_eq(&path, &expected);
+    // Whole records of zeros written explicitly are holes too.
+    let zeros = f.p("zeros");
+    let mut data = text_like(124, 2 * RECORD);
+    data.resize(6 * RECORD, 0);
+    data.extend(text_like(125, RECORD + 1));
+    std::fs::write(&zeros, &data).unwrap();
+    let file = File::open(&zeros).unwrap();
+    file.sync_all().unwrap();
+    // SAFETY: lseek on an open descriptor.
+    let hole = unsafe { libc::lseek(file.as_raw_fd(), 0, libc::SEEK_HOLE) };
+    assert_eq!(hole, 2 * RECORD as i64, "errno {}", errno());
+    // SAFETY: as above.
+    let next = unsafe { libc::lseek(file.as_raw_fd(), hole, libc::SEEK_DATA) };
+    assert_eq!(next, 6 * RECORD as i64, "errno {}", errno());
+    assert_file_eq(&zeros, &data);
+}
+
+#[test]
+fn append_from_two_descriptors_fsync_and_statfs() {
+    let mut f = Fixture::new("append");
+    let path = f.p("appended");
+    let open = || {
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o644)
+            .open(&path)
+            .unwrap()
+    };
+    let (mut one, mut two) = (open(), open());
+    let mut expected = Vec::new();
+    for i in 0..200 {
+        let (fd, tag) = if i % 3 == 0 {
+            (&mut two, "two")
+        } else {
+            (&mut one, "one")
+        };
+        let line = format!("{tag} line {i} {}\n", "x".repeat(i * 37 % 500));
+        fd.write_all(line.as_bytes()).unwrap();
+        expected.extend_from_slice(line.as_bytes());
+    }
+    // SAFETY: fsync and fdatasync on open descriptors.
+    unsafe {
+        assert_eq!(libc::fsync(one.as_raw_fd()), 0, "fsync: errno {}", errno());
+        assert_eq!(
+            libc::fdatasync(two.as_raw_fd()),
+            0,
+            "fdatasync: errno {}",
+            errno()
+        );
+    }
+    drop((one, two));
+    assert_file_eq(&path, &expected);
+
+    // SAFETY: a zeroed statvfs filled in by the call.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid path and out-parameter.
+    assert_eq!(unsafe { libc::statvfs(c_path(&f.mnt).as_ptr(), &mut s) }, 0);
+    assert!(
+        s.f_blocks > 0 && s.f_bsize > 0 && s.f_bavail > 0,
+        "statvfs: {} blocks",
+        s.f_blocks
+    );
+    require_tool("df", "coreutils");
+    let df = exec(cmd(
+        "df",
+        [
+            "-B1".as_ref(),
+            "--output=size,avail".as_ref(),
+            f.mnt.as_os_str(),
+        ],
+    ))
+    .ok();
+    let numbers: Vec<u64> = df
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert!(
+        numbers.len() == 2 && numbers.iter().all(|&n| n > 0),
+        "df: {df}"
+    );
+
+    f.remount(&[]);
+    assert_file_eq(&path, &expected);
+}
+
+// ---- 12. the mount helper
+
+#[test]
+fn mount_helper_mounts_with_options() {
+    require_tool("setpriv", "util-linux");
+    let mut f = Fixture::unmounted("helper", &[]);
+    let bin = f.scratch("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let helper = bin.join("mount.fuse.presso");
+    std::os::unix::fs::symlink(presso_bin(), &helper).unwrap();
+    let out = exec(
+        std::process::Command::new(&helper)
+            .arg(&f.pool)
+            .arg(&f.mnt)
+            .args(["-o", "allow_other"]),
+    );
+    f.set_mounted(out.status.success() || is_mounted(&f.mnt));
+    out.ok();
+    let line = mount_line(&f.mnt).expect("the helper mounted nothing");
+    assert!(line.contains("allow_other"), "no allow_other in {line}");
+    assert!(
+        line.contains(f.pool.to_str().unwrap()),
+        "the source is not the pool: {line}"
+    );
+    std::fs::write(f.p("hello"), b"through the helper\n").unwrap();
+    std::fs::set_permissions(f.p("hello"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (ok, err) = as_nobody("cat", &[&f.p("hello")]);
+    assert!(ok, "allow_other did not let another user in: {err}");
+    f.remount(&[]);
+    assert_eq!(
+        std::fs::read(f.p("hello")).unwrap(),
+        b"through the helper\n"
+    );
+}
+
+// ---- 13. a pool in use
+
+#[test]
+fn a_pool_in_use_is_refused() {
+    let f = Fixture::new("inuse");
+    let other = f.scratch("mnt2");
+    std::fs::create_dir(&other).unwrap();
+    for target in [&other, &f.mnt] {
+        let err = exec(presso().arg("mount").arg(&f.pool).arg(target)).fails();
+        assert!(
+            err.contains("in use"),
+            "no mention of the pool being in use: {err}"
+        );
+        assert!(!is_mounted(&other));
+    }
+    // The first mount is unharmed.
+    std::fs::write(f.p("still"), b"works").unwrap();
+    assert_eq!(std::fs::read(f.p("still")).unwrap(), b"works");
+}
+
+// ---- 14. bad input
+
+#[test]
+fn bad_input_is_refused_with_a_clear_message() {
+    let f = Fixture::new("badinput");
+    let not_pool = f.scratch("not-a-pool");
+    std::fs::create_dir(&not_pool).unwrap();
+    let other = f.scratch("mnt2");
+    std::fs::create_dir(&other).unwrap();
+    let err = exec(presso().arg("mount").arg(&not_pool).arg(&other)).fails();
+    assert!(err.contains("not a Presso pool"), "{err}");
+    assert!(!is_mounted(&other));
+
+    let err = exec(presso().arg("create").arg(&f.pool)).fails();
+    assert!(err.contains("already") || err.contains("in use"), "{err}");
+    let err = exec(presso().args(["set", "compression=brotli"]).arg(&f.mnt)).fails();
+    assert!(err.contains("brotli") && err.contains("zstd"), "{err}");
+    let err = exec(presso().args(["get", "nosuchprop"]).arg(&f.mnt)).fails();
+    assert!(
+        err.contains("nosuchprop") && err.contains("compression"),
+        "{err}"
+    );
+    let err = exec(
+        presso()
+            .arg("mount")
+            .arg(&f.pool)
+            .arg(&other)
+            .args(["-o", "bogus"]),
+    )
+    .fails();
+    assert!(err.contains("bogus"), "{err}");
+
+    // The same, on a pool that is not mounted.
+    let unmounted = f.scratch("pool2");
+    exec(presso().arg("create").arg(&unmounted)).ok();
+    let err = exec(presso().arg("create").arg(&unmounted)).fails();
+    assert!(err.contains("already"), "{err}");
+    let err = exec(presso().args(["set", "compression=brotli"]).arg(&unmounted)).fails();
+    assert!(err.contains("brotli"), "{err}");
+    let err = exec(presso().args(["get", "nosuchprop"]).arg(&unmounted)).fails();
+    assert!(err.contains("nosuchprop"), "{err}");
+}
