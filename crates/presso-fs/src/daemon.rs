@@ -48,11 +48,11 @@ pub fn serve(
             )));
         }
         let (pool, report) = Pool::open(&pool_path, config.pool.clone())?;
-        if report.orphans_purged > 0 || report.torn_bytes > 0 {
+        if report.orphan_records_purged > 0 || report.torn_bytes > 0 {
             eprintln!(
-                "presso: recovered {}: {} orphaned files removed, {} bytes of a torn segment tail discarded",
+                "presso: recovered {}: {} records of files unlinked while open removed, {} bytes of a torn segment tail discarded",
                 pool_path.display(),
-                report.orphans_purged,
+                report.orphan_records_purged,
                 report.torn_bytes
             );
         }

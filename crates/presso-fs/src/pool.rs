@@ -131,8 +131,9 @@ impl std::fmt::Debug for Pool {
 /// What opening a pool found and repaired.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct OpenReport {
-    /// Orphaned files (unlinked while open when the pool last stopped) removed.
-    pub orphans_purged: usize,
+    /// Stored records (frames in segments) of orphaned files — unlinked while open when the
+    /// pool last stopped — removed with them.
+    pub orphan_records_purged: usize,
     /// Bytes cut from a torn segment tail.
     pub torn_bytes: u64,
 }
@@ -191,7 +192,7 @@ impl Pool {
             ..OpenReport::default()
         };
         let purged = meta.purge_orphans()?;
-        report.orphans_purged = purged.len();
+        report.orphan_records_purged = purged.len();
         let usage = meta.segment_usage()?;
         for segment in store.segments() {
             let live = usage
