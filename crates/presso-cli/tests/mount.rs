@@ -525,6 +525,12 @@ fn kill_9_of_the_daemon_keeps_every_fsynced_byte() {
         "`presso mount -f` did not mount"
     );
 
+    // A file unlinked while open when the daemon dies: the next mount removes it.
+    std::fs::write(f.p("orphan"), text_like(99, 1 << 20)).unwrap();
+    let orphan = File::open(f.p("orphan")).unwrap();
+    orphan.sync_all().unwrap();
+    std::fs::remove_file(f.p("orphan")).unwrap();
+
     let synced = Arc::new(AtomicU64::new(0));
     let path = f.p("log.bin");
     let writer = {
@@ -589,6 +595,18 @@ fn kill_9_of_the_daemon_keeps_every_fsynced_byte() {
     }
     assert_eq!(expected.len() as u64, synced);
     assert_bytes_eq(&data[..synced as usize], &expected, "the fsynced prefix");
+    drop(orphan);
+    let log = std::fs::read_to_string(f.pool.join("presso.log")).unwrap();
+    // The orphan's 1 MiB in 128K records.
+    assert!(
+        log.contains(": 8 records of files unlinked while open removed"),
+        "presso.log: {log}"
+    );
+    let logical = f.status()["logical_bytes"].as_u64().unwrap();
+    assert!(
+        logical <= data.len() as u64,
+        "the orphan is still counted: {logical}"
+    );
 
     let out = f.presso_on_mount(&["scrub", "--json"]).ok();
     let report: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -1451,4 +1469,230 @@ fn bad_input_is_refused_with_a_clear_message() {
     assert!(err.contains("brotli"), "{err}");
     let err = exec(presso().args(["get", "nosuchprop"]).arg(&unmounted)).fails();
     assert!(err.contains("nosuchprop"), "{err}");
+}
+
+// ---- more of the write path: direct I/O, rewrites, big offsets, large directories
+
+#[test]
+fn direct_io_writers_rewrites_and_renames_of_dirty_files() {
+    let mut f = Fixture::new("direct");
+    // Unaligned O_DIRECT writes from several threads reach the daemon as they are, without the
+    // page cache merging them into pages.
+    let size = (6 << 20) + 333;
+    let expected = fastq_like(141, size);
+    let mut ranges = Vec::new();
+    let mut rng = Rng::new(142);
+    let mut pos = 0;
+    while pos < size {
+        let n = (rng.range(1, 90_000) as usize).min(size - pos);
+        ranges.push((pos, n));
+        pos += n;
+    }
+    rng.shuffle(&mut ranges);
+    let path = f.p("direct.dat");
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&path)
+        .unwrap();
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let (file, expected, ranges) = (&file, &expected, &ranges);
+            s.spawn(move || {
+                for &(off, n) in ranges.iter().skip(t).step_by(4) {
+                    file.write_all_at(&expected[off..off + n], off as u64)
+                        .unwrap();
+                }
+            });
+        }
+    });
+    assert_file_eq(&path, &expected);
+    file.sync_all().unwrap();
+    drop(file);
+
+    // The same records rewritten again and again, each time flushed to the daemon.
+    let hot = f.p("hot.dat");
+    let mut current = text_like(143, 3 * RECORD + 99);
+    std::fs::write(&hot, &current).unwrap();
+    let file = OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&hot)
+        .unwrap();
+    let mut rng = Rng::new(144);
+    for round in 0..60u64 {
+        let off = rng.below(current.len() as u64 - 70_000) as usize;
+        let patch = random_bytes(round, rng.range(1, 70_000) as usize);
+        file.write_all_at(&patch, off as u64).unwrap();
+        current[off..off + patch.len()].copy_from_slice(&patch);
+        if round.is_multiple_of(7) {
+            file.sync_all().unwrap();
+        }
+    }
+    drop(file);
+    assert_file_eq(&hot, &current);
+
+    // Truncated to nothing by O_TRUNC and rewritten while the old contents may still be in
+    // compression.
+    let edited = f.p("edited.txt");
+    std::fs::write(&edited, text_like(145, 2 << 20)).unwrap();
+    let new = text_like(146, 100_000);
+    std::fs::write(&edited, &new).unwrap();
+
+    // Renamed, and its directory renamed, before its data was ever flushed.
+    std::fs::create_dir(f.p("from")).unwrap();
+    let moved = text_like(147, (1 << 20) + 7);
+    std::fs::write(f.p("from/moved.txt"), &moved).unwrap();
+    std::fs::rename(f.p("from/moved.txt"), f.p("from/renamed.txt")).unwrap();
+    std::fs::rename(f.p("from"), f.p("to")).unwrap();
+
+    // Removed while its data was still being written.
+    std::fs::write(f.p("gone.txt"), text_like(148, 3 << 20)).unwrap();
+    std::fs::remove_file(f.p("gone.txt")).unwrap();
+
+    assert_file_eq(&edited, &new);
+    assert_file_eq(&f.p("to/renamed.txt"), &moved);
+    f.remount(&[]);
+    assert_file_eq(&path, &expected);
+    assert_file_eq(&hot, &current);
+    assert_file_eq(&edited, &new);
+    assert_file_eq(&f.p("to/renamed.txt"), &moved);
+    assert!(!f.p("gone.txt").exists());
+    let logical = expected.len() + current.len() + new.len() + moved.len();
+    assert_eq!(f.status()["logical_bytes"], logical as u64);
+}
+
+#[test]
+fn offsets_past_4_gib_and_large_directories() {
+    let mut f = Fixture::new("big");
+    let far = f.p("far");
+    let data = text_like(151, 300_000);
+    let at = (5u64 << 30) + 12_345;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&far)
+        .unwrap();
+    file.write_all_at(b"head", 0).unwrap();
+    file.write_all_at(&data, at).unwrap();
+    file.sync_all().unwrap();
+    drop(file);
+
+    // 1500 entries with long names: more than one readdir batch.
+    let dir = f.p("many");
+    std::fs::create_dir(&dir).unwrap();
+    let name = |i: usize| format!("{i:05}-{}", "n".repeat(200));
+    for i in 0..1500 {
+        std::fs::write(dir.join(name(i)), i.to_string()).unwrap();
+    }
+    for i in (0..1500).step_by(3) {
+        std::fs::remove_file(dir.join(name(i))).unwrap();
+    }
+    let list = || {
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    let want: Vec<String> = (0..1500).filter(|i| i % 3 != 0).map(name).collect();
+    assert_eq!(list(), want);
+
+    f.remount(&[]);
+    assert_eq!(list(), want);
+    assert_eq!(
+        std::fs::read_to_string(dir.join(name(1499))).unwrap(),
+        "1499"
+    );
+    let file = File::open(&far).unwrap();
+    assert_eq!(file.metadata().unwrap().len(), at + data.len() as u64);
+    let mut got = vec![0u8; data.len()];
+    file.read_exact_at(&mut got, at).unwrap();
+    assert_bytes_eq(&got, &data, "data past 4 GiB");
+    let mut head = [0u8; 4];
+    file.read_exact_at(&mut head, 0).unwrap();
+    assert_eq!(&head, b"head");
+    // SAFETY: lseek on an open descriptor.
+    let next = unsafe { libc::lseek(file.as_raw_fd(), RECORD as i64, libc::SEEK_DATA) };
+    assert_eq!(
+        next as u64,
+        at / RECORD as u64 * RECORD as u64,
+        "errno {}",
+        errno()
+    );
+    let mut middle = vec![1u8; 1 << 20];
+    file.read_exact_at(&mut middle, 3 << 30).unwrap();
+    assert!(middle.iter().all(|&b| b == 0));
+}
+
+#[test]
+fn read_only_mount_refuses_writes() {
+    let mut f = Fixture::new("ro");
+    std::fs::write(f.p("kept"), b"kept\n").unwrap();
+    f.remount(&["ro"]);
+    assert_eq!(std::fs::read(f.p("kept")).unwrap(), b"kept\n");
+    let err = std::fs::write(f.p("new"), b"x").unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
+    let err = OpenOptions::new()
+        .write(true)
+        .open(f.p("kept"))
+        .unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
+    let err = std::fs::remove_file(f.p("kept")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
+}
+
+#[test]
+fn online_gc_while_writers_rewrite_files() {
+    let mut f = Fixture::new("gcrace");
+    let files = 4;
+    let size = 2 << 20;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for t in 0..files {
+        let (stop, path) = (stop.clone(), f.p(&format!("w{t}")));
+        writers.push(std::thread::spawn(move || -> Vec<u8> {
+            let mut current = text_like(160 + t, size);
+            std::fs::write(&path, &current).unwrap();
+            let file = OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(&path)
+                .unwrap();
+            let mut rng = Rng::new(170 + t);
+            let mut round = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                let off = rng.below((size - 200_000) as u64) as usize;
+                let patch = text_like(1000 * t + round, rng.range(1, 200_000) as usize);
+                file.write_all_at(&patch, off as u64).unwrap();
+                current[off..off + patch.len()].copy_from_slice(&patch);
+                round += 1;
+                if round.is_multiple_of(5) {
+                    file.sync_all().unwrap();
+                }
+            }
+            file.sync_all().unwrap();
+            current
+        }));
+    }
+    for _ in 0..25 {
+        f.presso_on_mount(&["gc", "--min-live", "100%"]).ok();
+    }
+    stop.store(true, Ordering::SeqCst);
+    let contents: Vec<Vec<u8>> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+    for (t, data) in contents.iter().enumerate() {
+        assert_file_eq(&f.p(&format!("w{t}")), data);
+    }
+    f.presso_on_mount(&["scrub"]).ok();
+    f.remount(&[]);
+    for (t, data) in contents.iter().enumerate() {
+        assert_file_eq(&f.p(&format!("w{t}")), data);
+    }
+    f.presso_on_mount(&["scrub"]).ok();
 }
