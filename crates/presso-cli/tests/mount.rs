@@ -743,6 +743,7 @@ impl Drop for LoopMount {
 
 #[test]
 fn a_full_disk_gives_enospc_and_the_pool_recovers() {
+    require_root("it makes and loop-mounts an ext4 image");
     require_tool("mkfs.ext4", "e2fsprogs");
     require_tool("losetup", "mount");
     let scratch = scratch_dir("enospc");
@@ -845,6 +846,7 @@ fn as_nobody(program: &str, args: &[&Path]) -> (bool, String) {
 
 #[test]
 fn other_users_meet_permissions_and_allow_other() {
+    require_root("it acts as another user and mounts with allow_other");
     require_tool("setpriv", "util-linux");
     let mut f = Fixture::unmounted("perms", &[]);
     f.mount(&["allow_other"]);
@@ -948,6 +950,36 @@ fn hard_links_symlinks_and_renames() {
     // Rename of a directory, and across directories.
     std::fs::rename(f.p("dir"), f.p("moved")).unwrap();
     std::fs::rename(f.p("old"), f.p("moved/old")).unwrap();
+    // Directories: over an empty one is fine, over a non-empty one or a file is not.
+    std::fs::create_dir(f.p("empty")).unwrap();
+    std::fs::create_dir_all(f.p("full/sub")).unwrap();
+    std::fs::create_dir(f.p("victim")).unwrap();
+    std::fs::rename(f.p("victim"), f.p("empty")).unwrap();
+    let code = |r: std::io::Result<()>| r.unwrap_err().raw_os_error();
+    assert_eq!(
+        code(std::fs::rename(f.p("empty"), f.p("full"))),
+        Some(libc::ENOTEMPTY)
+    );
+    assert_eq!(
+        code(std::fs::remove_dir(f.p("full"))),
+        Some(libc::ENOTEMPTY)
+    );
+    assert_eq!(
+        code(std::fs::rename(f.p("sym"), f.p("full"))),
+        Some(libc::EISDIR)
+    );
+    assert_eq!(
+        code(std::fs::rename(f.p("empty"), f.p("a"))),
+        Some(libc::ENOTDIR)
+    );
+    assert_eq!(code(std::fs::remove_dir(f.p("a"))), Some(libc::ENOTDIR));
+    assert_eq!(
+        code(std::fs::hard_link(f.p("full"), f.p("dirlink"))),
+        Some(libc::EPERM)
+    );
+    std::fs::remove_dir(f.p("full/sub")).unwrap();
+    std::fs::remove_dir(f.p("full")).unwrap();
+    std::fs::remove_dir(f.p("empty")).unwrap();
 
     std::fs::remove_file(&a).unwrap();
     assert_eq!(std::fs::metadata(f.p("moved/b")).unwrap().nlink(), 1);
@@ -1053,6 +1085,7 @@ fn stat_times(path: &Path) -> (i64, i64, i64, i64) {
 
 #[test]
 fn chmod_chown_and_utimens_show_in_stat() {
+    require_root("it gives files to other owners");
     let mut f = Fixture::new("attrs");
     let path = f.p("file");
     std::fs::write(&path, b"x").unwrap();
@@ -1091,6 +1124,24 @@ fn chmod_chown_and_utimens_show_in_stat() {
     check(&f);
     f.remount(&[]);
     check(&f);
+
+    // A later write moves the modification time on, and that sticks too.
+    let before = std::time::SystemTime::now() - Duration::from_secs(5);
+    OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap()
+        .write_all(b"more")
+        .unwrap();
+    let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+    assert!(
+        modified > before,
+        "mtime not updated by a write: {modified:?}"
+    );
+    f.remount(&[]);
+    let m = std::fs::metadata(&path).unwrap();
+    assert!(m.modified().unwrap() > before, "mtime lost at the remount");
+    assert_eq!(std::fs::read(&path).unwrap(), b"xmore");
 }
 
 fn set_xattr(path: &Path, name: &str, value: &[u8], flags: i32) -> i32 {
@@ -1377,6 +1428,7 @@ fn append_from_two_descriptors_fsync_and_statfs() {
 
 #[test]
 fn mount_helper_mounts_with_options() {
+    require_root("it mounts with allow_other and acts as another user");
     require_tool("setpriv", "util-linux");
     let mut f = Fixture::unmounted("helper", &[]);
     let bin = f.scratch("bin");
@@ -1426,6 +1478,15 @@ fn a_pool_in_use_is_refused() {
     // The first mount is unharmed.
     std::fs::write(f.p("still"), b"works").unwrap();
     assert_eq!(std::fs::read(f.p("still")).unwrap(), b"works");
+
+    // Unmounting while a file is open fails clearly and leaves the mount working.
+    let mut busy = File::create(f.p("busy")).unwrap();
+    let err = exec(presso().arg("unmount").arg(&f.mnt)).fails();
+    assert!(err.contains("busy") || err.contains("still using"), "{err}");
+    assert!(is_mounted(&f.mnt));
+    busy.write_all(b"still open").unwrap();
+    drop(busy);
+    assert_file_eq(&f.p("busy"), b"still open");
 }
 
 // ---- 14. bad input

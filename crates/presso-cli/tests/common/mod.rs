@@ -45,6 +45,23 @@ pub fn require_tool(tool: &str, package: &str) {
     );
 }
 
+/// Fails the test with a clear message unless it runs as root (loop mounts, other users,
+/// chown).
+pub fn require_root(why: &str) {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(euid, 0, "this test must run as root: {why}");
+}
+
+/// Fails the test with a clear message unless FUSE mounts can be made here.
+pub fn require_fuse() {
+    assert!(
+        Path::new("/dev/fuse").exists(),
+        "the mount tests need /dev/fuse (load the fuse module, or give the container the device)"
+    );
+    require_tool("fusermount3", "fuse3");
+}
+
 /// What a finished command printed.
 #[derive(Debug)]
 pub struct Output {
@@ -223,6 +240,7 @@ impl Fixture {
 
     /// A new pool with creation properties, not mounted yet.
     pub fn unmounted(name: &str, props: &[&str]) -> Fixture {
+        require_fuse();
         let dir = scratch_dir(name);
         let root = dir.path().to_path_buf();
         Fixture::create_in(root.join("pool"), root.join("mnt"), Some(dir), props)
