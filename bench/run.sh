@@ -20,7 +20,7 @@ results.csv, summary.csv, PNG plots and report.md. A target that fails is record
 the run goes on. Needs root (loop devices, mounts, drop_caches).
 
 modes:
-  --quick              one repetition, small sizes (48 MB corpus, 96 MiB per fio job, 4 s phases,
+  --quick              one repetition, small sizes (64 MB corpus, 128 MiB per fio job, 5 s phases,
                        2 x 100k genomics reads): under 10 minutes on 2 cores
   --full               the default: 400 MB corpus, 1 GiB per fio job, 30 s phases, a 6-point
                        block-size sweep, 2 x 1M genomics reads, 3 repetitions, medians: several hours
@@ -30,7 +30,7 @@ options:
   --out DIR            results (default bench/results/MODE)
   --corpus DIR         use an existing corpus (text.tar, reads.fq, media.bin from
                        scripts/make-corpus.sh) instead of making one in the work directory
-  --corpus-mb N        corpus size to make (quick 32, full 400)
+  --corpus-mb N        corpus size to make (quick 64, full 400)
   --targets GLOBS      comma-separated target names or globs (default all), e.g. 'ext4,zfs-*'
   --workloads LIST     any of fio,files,genomics (default all three)
   --reps N             repetitions per workload (the median is reported)

@@ -26,7 +26,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 
 MODES = {
     # Quick: every target and workload, one repetition, small sizes; under 10 minutes on 2 cores.
-    "quick": {"corpus_mb": 48, "fio_size": "96m", "fio_runtime": 4, "fio_sweep": ["4K", "64K", "1M"],
+    "quick": {"corpus_mb": 64, "fio_size": "128m", "fio_runtime": 5, "fio_sweep": ["4K", "64K", "1M"],
               "reads_per_lane": 100_000, "contigs": [400_000, 300_000, 200_000, 100_000],
               "sort_mem": "2M", "reps": 1, "image_gib": 4},
     # Full: the docs/benchmarks.md corpus, 1 GiB per fio job, the whole block-size sweep, a larger
@@ -243,6 +243,7 @@ def main(argv):
         with open(os.path.join(a.out, "run.json")) as f:
             meta = json.load(f)
         report.write_all(a.out, rows, meta)
+        report.scrub_paths(a.out, {a.work + "/": "WORK/", a.work: "WORK", REPO + "/": "", REPO: "."})
         print(f"report rewritten in {a.out}")
         return 0
 
@@ -338,6 +339,7 @@ def main(argv):
             with open(os.path.join(a.out, "run.json"), "w") as f:
                 json.dump(meta, f, indent=1, default=str)
             report.write_all(a.out, rows, meta)
+            report.scrub_paths(a.out, {a.work + "/": "WORK/", a.work: "WORK", REPO + "/": "", REPO: "."})
             sysutil.progress(f"results: {a.out}/report.md ({meta['duration_s'] / 60:.1f} min)")
         if leaks:
             sysutil.progress("LEFT BEHIND: " + "; ".join(leaks))

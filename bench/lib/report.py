@@ -419,3 +419,18 @@ def write_all(out, rows, meta):
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write(report_md(summary, meta, plots))
     return summary
+
+
+def scrub_paths(out, replacements, files=("report.md", "results.csv", "summary.csv", "run.json")):
+    """Replaces this machine's absolute paths (the work directory, the repository) in the result
+    files, so that they can be committed and compared across machines."""
+    for name in files:
+        p = os.path.join(out, name)
+        if not os.path.exists(p):
+            continue
+        with open(p) as f:
+            text = f.read()
+        for old, new in sorted(replacements.items(), key=lambda kv: -len(kv[0])):
+            text = text.replace(old, new)
+        with open(p, "w") as f:
+            f.write(text)

@@ -31,6 +31,8 @@ class TargetError(RuntimeError):
 class Target:
     fs = "?"
     anchor = True
+    # True when usage can only be read for the whole file system (then usage_between is used).
+    pool_accounting = False
 
     def __init__(self, name, setting, ctx):
         self.name, self.setting, self.ctx = name, setting, ctx
@@ -243,6 +245,7 @@ class ZfsFuse(Target):
 class Presso(Target):
     fs = "presso"
     anchor = False
+    pool_accounting = True
 
     def __init__(self, name, setting, ctx, options):
         super().__init__(name, setting, ctx)
@@ -293,9 +296,12 @@ class Presso(Target):
         return self.status()
 
     def usage_end(self, path, token):
-        s = self.status()
-        logical = s["logical_bytes"] - token["logical_bytes"]
-        stored = s["stored_bytes"] - token["stored_bytes"]
+        return self.usage_between(token, self.status())
+
+    @staticmethod
+    def usage_between(a, b):
+        logical = b["logical_bytes"] - a["logical_bytes"]
+        stored = b["stored_bytes"] - a["stored_bytes"]
         return {"logical": logical, "stored": stored,
                 "ratio": logical / stored if stored > 0 else None, "source": "presso status (delta)"}
 

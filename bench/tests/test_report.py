@@ -80,5 +80,15 @@ class ReportTest(unittest.TestCase):
                     self.assertIn("![fio_throughput.png](fio_throughput.png)", fh.read())
 
 
+class ScrubTest(unittest.TestCase):
+    def test_machine_paths_are_replaced(self):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "report.md"), "w") as f:
+                f.write("error: /srv/x/repo/bench/work/targets/ext4/mnt busy; binary /srv/x/repo/target/release/presso\n")
+            report.scrub_paths(d, {"/srv/x/repo/bench/work/": "WORK/", "/srv/x/repo/": ""})
+            with open(os.path.join(d, "report.md")) as f:
+                self.assertEqual(f.read(), "error: WORK/targets/ext4/mnt busy; binary target/release/presso\n")
+
+
 if __name__ == "__main__":
     unittest.main()
