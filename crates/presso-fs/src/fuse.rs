@@ -5,6 +5,7 @@
 //! copy into record buffers); reads, fsync and flushes that may wait go to a small thread pool
 //! with their reply, so one slow decode never stalls the mount.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -30,6 +31,18 @@ type Task = Box<dyn FnOnce() + Send>;
 pub struct PressoFs {
     vfs: Arc<Vfs>,
     tasks: Sender<Task>,
+    dirs: HashMap<u64, DirListing>,
+    next_dir: u64,
+}
+
+/// Where the listing of one open directory stands. Each offset (cookie) handed to the kernel
+/// names the entry it resumes after, so entries removed meanwhile do not shift the rest:
+/// resuming by position skipped entries never returned when a program unlinked entries as it
+/// read them. Holds the names of one pass over the directory.
+#[derive(Default)]
+struct DirListing {
+    after: HashMap<i64, Vec<u8>>,
+    next_cookie: i64,
 }
 
 impl PressoFs {
@@ -48,7 +61,12 @@ impl PressoFs {
                     }
                 });
         }
-        PressoFs { vfs, tasks: tx }
+        PressoFs {
+            vfs,
+            tasks: tx,
+            dirs: HashMap::new(),
+            next_dir: 1,
+        }
     }
 
     fn spawn(&self, task: impl FnOnce(Arc<Vfs>) + Send + 'static) {
@@ -428,40 +446,65 @@ impl Filesystem for PressoFs {
         });
     }
 
+    fn opendir(&mut self, _req: &Request<'_>, _ino: u64, _flags: i32, reply: ReplyOpen) {
+        let fh = self.next_dir;
+        self.next_dir += 1;
+        self.dirs.insert(fh, DirListing::default());
+        reply.opened(fh, 0);
+    }
+
+    fn releasedir(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        _flags: i32,
+        reply: ReplyEmpty,
+    ) {
+        self.dirs.remove(&fh);
+        reply.ok();
+    }
+
     fn readdir(
         &mut self,
         _req: &Request<'_>,
         ino: u64,
-        _fh: u64,
+        fh: u64,
         offset: i64,
         mut reply: ReplyDirectory,
     ) {
-        // Offsets: 1 = after ".", 2 = after "..", 3 + n = after the n-th stored entry. Names
-        // are resumed by position, so entries added or removed meanwhile may shift the window;
-        // POSIX allows that.
-        let mut next = offset;
-        if next < 1 {
+        // Offsets: 1 = after ".", 2 = after "..", from 3 on cookies of the open directory's
+        // listing, each resuming after the name it was handed out with (see DirListing).
+        let vfs = &self.vfs;
+        let listing = self.dirs.entry(fh).or_default();
+        if offset < 1 {
+            // From the start (again): a new pass.
+            *listing = DirListing::default();
             if reply.add(ino, 1, FileType::Directory, ".") {
                 return reply.ok();
             }
-            next = 1;
         }
-        if next < 2 {
+        if offset < 2 {
             let parent = if ino == ROOT_INO {
                 ROOT_INO
             } else {
-                self.vfs.dir_parent(ino).unwrap_or(ROOT_INO)
+                vfs.dir_parent(ino).unwrap_or(ROOT_INO)
             };
             if reply.add(parent, 2, FileType::Directory, "..") {
                 return reply.ok();
             }
-            next = 2;
         }
-        let skip = (next - 2) as usize;
-        let mut after: Option<Vec<u8>> = None;
-        let mut position = 0usize;
+        let mut after = if offset <= 2 {
+            None
+        } else {
+            match listing.after.get(&offset) {
+                Some(name) => Some(name.clone()),
+                None => return reply.error(libc::EINVAL),
+            }
+        };
+        listing.next_cookie = listing.next_cookie.max(3);
         loop {
-            let batch = match self.vfs.readdir(ino, after.as_deref(), 512) {
+            let batch = match vfs.readdir(ino, after.as_deref(), 512) {
                 Ok(b) => b,
                 Err(e) => return reply.error(errno(&e)),
             };
@@ -469,13 +512,12 @@ impl Filesystem for PressoFs {
                 return reply.ok();
             }
             for entry in &batch {
-                position += 1;
-                if position <= skip {
-                    continue;
-                }
+                let cookie = listing.next_cookie;
+                listing.next_cookie += 1;
+                listing.after.insert(cookie, entry.name.clone());
                 let full = reply.add(
                     entry.ino,
-                    (position + 2) as i64,
+                    cookie,
                     kind(entry.kind),
                     OsStr::from_bytes(&entry.name),
                 );
