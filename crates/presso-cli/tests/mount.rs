@@ -1603,6 +1603,20 @@ fn offsets_past_4_gib_and_large_directories() {
         std::fs::read_to_string(dir.join(name(1499))).unwrap(),
         "1499"
     );
+
+    // Removing entries as they are read must not make the listing skip the others.
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        std::fs::remove_file(entry.unwrap().path()).unwrap();
+        seen += 1;
+    }
+    assert_eq!(
+        seen,
+        want.len(),
+        "entries skipped while unlinking during readdir"
+    );
+    assert!(list().is_empty());
+    std::fs::remove_dir(&dir).unwrap();
     let file = File::open(&far).unwrap();
     assert_eq!(file.metadata().unwrap().len(), at + data.len() as u64);
     let mut got = vec![0u8; data.len()];
