@@ -113,6 +113,18 @@ fn corpus_round_trip_compresses_and_survives_a_remount() {
     let s = f.status();
     assert_eq!(s["logical_bytes"], logical, "status after the remount: {s}");
     assert!(s["ratio"].as_f64().unwrap() > 1.0, "{s}");
+    let out = f.presso_on_mount(&["scrub", "--json"]).ok();
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["damaged"], serde_json::json!([]), "{report}");
+    assert!(
+        report["records_checked"].as_u64().unwrap() > 300,
+        "{report}"
+    );
+    // The same figures from the pool itself once unmounted.
+    f.unmount();
+    let offline = f.status();
+    assert_eq!(offline["logical_bytes"], logical, "{offline}");
+    assert_eq!(offline["stored_bytes"], s["stored_bytes"], "{offline}");
 }
 
 // ---- 2. tar
@@ -871,6 +883,15 @@ fn hard_links_symlinks_and_renames() {
 
     std::os::unix::fs::symlink("dir/b", f.p("sym")).unwrap();
     std::os::unix::fs::symlink("/no/such/target", f.p("dangling")).unwrap();
+    // Special files: a FIFO, a socket and a character device node.
+    let special = |name: &str, mode: u32, dev: u64| {
+        // SAFETY: a valid path.
+        let rc = unsafe { libc::mknod(c_path(&f.p(name)).as_ptr(), mode | 0o644, dev) };
+        assert_eq!(rc, 0, "mknod {name}: errno {}", errno());
+    };
+    special("fifo", libc::S_IFIFO, 0);
+    special("socket", libc::S_IFSOCK, 0);
+    special("null", libc::S_IFCHR, libc::makedev(1, 3));
     assert_eq!(std::fs::read_link(f.p("sym")).unwrap(), Path::new("dir/b"));
     assert!(std::fs::symlink_metadata(f.p("sym"))
         .unwrap()
@@ -938,7 +959,16 @@ fn hard_links_symlinks_and_renames() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     names.sort();
-    assert_eq!(names, ["dangling", "moved", "sym"]);
+    assert_eq!(
+        names,
+        ["dangling", "fifo", "moved", "null", "socket", "sym"]
+    );
+    use std::os::unix::fs::FileTypeExt;
+    let kind = |name: &str| std::fs::symlink_metadata(f.p(name)).unwrap();
+    assert!(kind("fifo").file_type().is_fifo());
+    assert!(kind("socket").file_type().is_socket());
+    assert!(kind("null").file_type().is_char_device());
+    assert_eq!(kind("null").rdev(), libc::makedev(1, 3));
 }
 
 #[test]
@@ -1105,7 +1135,32 @@ fn set_xattr(path: &Path, name: &str, value: &[u8], flags: i32) -> i32 {
 
 fn get_xattr(path: &Path, name: &str) -> Result<Vec<u8>, i32> {
     let name = CString::new(name).unwrap();
-    let mut buf = vec![0u8; 4096];
+    // SAFETY: valid path and name; a null buffer of length 0 asks for the value's size.
+    let size = unsafe {
+        libc::getxattr(
+            c_path(path).as_ptr(),
+            name.as_ptr(),
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    if size < 0 {
+        return Err(errno());
+    }
+    if size > 1 {
+        let mut small = vec![0u8; size as usize - 1];
+        // SAFETY: as below, with a buffer one byte too small (not empty: that asks the size).
+        let n = unsafe {
+            libc::getxattr(
+                c_path(path).as_ptr(),
+                name.as_ptr(),
+                small.as_mut_ptr().cast(),
+                small.len(),
+            )
+        };
+        assert_eq!((n, errno()), (-1, libc::ERANGE), "a too small buffer");
+    }
+    let mut buf = vec![0u8; size as usize];
     // SAFETY: valid path and name, and a buffer of the given length.
     let n = unsafe {
         libc::getxattr(
@@ -1158,8 +1213,16 @@ fn extended_attributes() {
     );
     assert_eq!(get_xattr(&path, "user.colour").unwrap(), b"green");
     assert_eq!(get_xattr(&path, "user.binary").unwrap(), [0, 1, 2, 255]);
+    let big = random_bytes(131, 60_000);
+    assert_eq!(set_xattr(&path, "user.big", &big, 0), 0);
+    assert_eq!(get_xattr(&path, "user.big").unwrap(), big);
+    assert_eq!(set_xattr(&f.mnt, "user.on-a-dir", b"d", 0), 0);
+    assert_eq!(get_xattr(&f.mnt, "user.on-a-dir").unwrap(), b"d");
     assert_eq!(get_xattr(&path, "user.missing"), Err(libc::ENODATA));
-    assert_eq!(list_xattrs(&path), ["user.binary", "user.colour"]);
+    assert_eq!(
+        list_xattrs(&path),
+        ["user.big", "user.binary", "user.colour"]
+    );
     let name = CString::new("user.binary").unwrap();
     // SAFETY: valid path and name.
     assert_eq!(
@@ -1169,8 +1232,10 @@ fn extended_attributes() {
     assert_eq!(get_xattr(&path, "user.binary"), Err(libc::ENODATA));
 
     f.remount(&[]);
-    assert_eq!(list_xattrs(&path), ["user.colour"]);
+    assert_eq!(list_xattrs(&path), ["user.big", "user.colour"]);
     assert_eq!(get_xattr(&path, "user.colour").unwrap(), b"green");
+    assert_eq!(get_xattr(&path, "user.big").unwrap(), big);
+    assert_eq!(get_xattr(&f.mnt, "user.on-a-dir").unwrap(), b"d");
 }
 
 #[test]
