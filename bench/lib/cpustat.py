@@ -86,9 +86,9 @@ def parse_pid_stat(text):
     return int(rest[1]), int(rest[11]) + int(rest[12])
 
 
-def kernel_thread_ticks(proc="/proc"):
-    """utime + stime of kthreadd and its children (every kernel thread), in ticks."""
-    total = 0
+def kernel_thread_table(proc="/proc"):
+    """{pid: utime + stime in ticks} of kthreadd and its children (every kernel thread)."""
+    out = {}
     for d in os.listdir(proc):
         if not d.isdigit():
             continue
@@ -98,7 +98,22 @@ def kernel_thread_ticks(proc="/proc"):
         except (OSError, IndexError, ValueError):
             continue
         if d == "2" or ppid == 2:
-            total += ticks
+            out[int(d)] = ticks
+    return out
+
+
+def kernel_thread_ticks(proc="/proc"):
+    return sum(kernel_thread_table(proc).values())
+
+
+def table_delta(before, after):
+    """Ticks used between two kernel_thread_table()s: per thread, so that a worker that exits
+    (taking its past ticks with it) does not make the sum go down; a thread that appeared counts
+    whole (as does a recycled pid whose counter went backwards)."""
+    total = 0
+    for pid, t in after.items():
+        b = before.get(pid, 0)
+        total += t - b if t >= b else t
     return total
 
 
@@ -136,7 +151,10 @@ class Attributed:
         self.kind, self.path, self.tps = kind, path, ticks_per_second
 
     def sample(self):
-        return cgroup_usage_seconds(self.kind, self.path) + kernel_thread_ticks() / self.tps
+        return (cgroup_usage_seconds(self.kind, self.path), kernel_thread_table())
+
+    def seconds_between(self, a, b):
+        return (b[0] - a[0]) + table_delta(a[1], b[1]) / self.tps
 
     @staticmethod
     def create(registry, name, ticks_per_second):

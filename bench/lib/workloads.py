@@ -35,7 +35,7 @@ class Phase:
         return False
 
     def attributed_s(self):
-        return None if self.a0 is None else self.a1 - self.a0
+        return None if self.a0 is None else ATTRIBUTED.seconds_between(self.a0, self.a1)
 
     def cpu(self):
         return combined_cpu([self])

@@ -67,6 +67,13 @@ class PidStatTest(unittest.TestCase):
 
     def test_kernel_threads_are_counted(self):
         self.assertGreaterEqual(cpustat.kernel_thread_ticks(), 0)
+        self.assertIn(2, cpustat.kernel_thread_table())  # kthreadd itself
+
+    def test_an_exiting_thread_does_not_make_the_delta_negative(self):
+        before = {10: 500, 11: 40}
+        after = {11: 45, 12: 7}   # 10 exited, 12 appeared
+        self.assertEqual(cpustat.table_delta(before, after), 5 + 7)
+        self.assertEqual(cpustat.table_delta({13: 90}, {13: 3}), 3)  # pid reused
 
     def test_cgroup_roots(self):
         mounts = ("tmpfs /sys/fs/cgroup tmpfs rw 0 0\n"
@@ -115,7 +122,7 @@ if a is None:
     print("none"); sys.exit(0)
 s0 = a.sample()
 subprocess.run([sys.executable, "-c", "import time\\nwhile time.process_time() < 1.0: pass"])
-print(a.sample() - s0, a.path)
+print(a.seconds_between(s0, a.sample()), a.path)
 assert reg.teardown() == []
 """
         import tempfile
