@@ -644,10 +644,15 @@ impl Vfs {
                 let n = src.len().min(rs as usize - within);
                 let whole = within == 0 && n == rs as usize;
                 let buf = self.dirty_buffer(&node, &mut st, index, whole)?;
-                if buf.len() < within + n {
-                    buf.resize(within + n, 0);
+                if buf.len() == within {
+                    // Appending (the sequential case): no zero-fill before the copy.
+                    buf.extend_from_slice(&src[..n]);
+                } else {
+                    if buf.len() < within + n {
+                        buf.resize(within + n, 0);
+                    }
+                    buf[within..within + n].copy_from_slice(&src[..n]);
                 }
-                buf[within..within + n].copy_from_slice(&src[..n]);
                 if within + n == rs as usize {
                     jobs.extend(self.take_dirty(&node, &mut st, |i| i == index));
                 }
