@@ -1768,3 +1768,70 @@ fn online_gc_while_writers_rewrite_files() {
     }
     f.presso_on_mount(&["scrub"]).ok();
 }
+
+#[test]
+fn readers_see_every_completed_append_while_records_move_through_compression() {
+    let f = Fixture::new("overlay");
+    let path = f.p("growing");
+    let total = 12 << 20;
+    let expected = Arc::new(text_like(181, total));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let appended = Arc::new(AtomicU64::new(0));
+    let writer = {
+        let (expected, done, appended, path) = (
+            expected.clone(),
+            done.clone(),
+            appended.clone(),
+            path.clone(),
+        );
+        std::thread::spawn(move || {
+            let file = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(&path)
+                .unwrap();
+            let mut rng = Rng::new(182);
+            let mut pos = 0;
+            while pos < total {
+                let n = (rng.range(1, 50_000) as usize).min(total - pos);
+                file.write_all_at(&expected[pos..pos + n], pos as u64)
+                    .unwrap();
+                pos += n;
+                appended.store(pos as u64, Ordering::SeqCst);
+                if rng.below(40) == 0 {
+                    file.sync_all().unwrap();
+                }
+            }
+            done.store(true, Ordering::SeqCst);
+        })
+    };
+    assert!(wait_until(Duration::from_secs(30), || path.exists()));
+    let reader = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&path)
+        .unwrap();
+    let mut rounds = 0;
+    let mut rng = Rng::new(183);
+    while !done.load(Ordering::SeqCst) || rounds < 3 {
+        // Everything appended before the read started must read back exactly.
+        let upto = appended.load(Ordering::SeqCst) as usize;
+        if upto == 0 {
+            continue;
+        }
+        let from = rng.below(upto as u64) as usize;
+        let mut got = vec![0u8; upto - from];
+        reader.read_exact_at(&mut got, from as u64).unwrap();
+        assert_bytes_eq(
+            &got,
+            &expected[from..upto],
+            &format!("bytes {from}..{upto}"),
+        );
+        rounds += 1;
+    }
+    writer.join().unwrap();
+    assert!(rounds > 10, "only {rounds} reads overlapped the writer");
+    assert_file_eq(&path, &expected);
+}
