@@ -1,0 +1,173 @@
+//! The checked-in version-1 pool (tests/fixtures/pool-v1) must open and read back, byte for byte,
+//! in every later build: files written with gzip, zstd, lz4 and off, a sparse file with a hole,
+//! a tiny file kept inline, a symlink, a hard link and an extended attribute.
+//!
+//! Regenerate it (only when the format version changes, as a new fixture directory) with
+//! `PRESSO_WRITE_FIXTURE=1 cargo test -p presso-fs --test fixture_pool`.
+
+use std::path::{Path, PathBuf};
+
+use presso_fs::maintenance;
+use presso_fs::pool::{Pool, PoolOptions};
+use presso_fs::vfs::{Vfs, VfsConfig};
+use presso_meta::ROOT_INO;
+
+fn fixture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pool-v1")
+}
+
+/// Deterministic text-like bytes.
+fn text(len: usize, seed: u64) -> Vec<u8> {
+    let words = [
+        "pool", "record", "frame", "segment", "deflate", "offload", "ratio", "quality", "read",
+        "GATTACA", "\n", "chr7", "12345", "the", "of",
+    ];
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let mut out = Vec::with_capacity(len + 16);
+    while out.len() < len {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        out.extend_from_slice(words[(state >> 33) as usize % words.len()].as_bytes());
+        out.push(b' ');
+    }
+    out.truncate(len);
+    out
+}
+
+/// (directory, name, compression of the directory, contents)
+fn files() -> Vec<(&'static str, &'static str, &'static str, Vec<u8>)> {
+    let mut sparse = text(200_000, 5);
+    sparse.extend(std::iter::repeat_n(0u8, 1 << 20));
+    sparse.extend(text(70_000, 6));
+    vec![
+        ("gz", "text.txt", "gzip-6", text(400_000, 1)),
+        ("zs", "text.txt", "zstd-3", text(300_000, 2)),
+        ("lz", "text.txt", "lz4", text(200_000, 3)),
+        ("raw", "text.txt", "off", text(100_000, 4)),
+        ("gz", "sparse.bin", "gzip-6", sparse),
+        (
+            "gz",
+            "tiny.txt",
+            "gzip-6",
+            b"a tiny file kept inline in the metadata\n".to_vec(),
+        ),
+    ]
+}
+
+fn write_fixture(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+    Pool::create(dir, &[("compression".into(), "gzip-6".into())]).unwrap();
+    let (pool, _) = Pool::open(dir, PoolOptions::default()).unwrap();
+    let vfs = Vfs::new(pool.clone(), VfsConfig::default());
+    let mut dirs = std::collections::HashMap::new();
+    for (d, name, compression, data) in files() {
+        let dino = *dirs.entry(d).or_insert_with(|| {
+            let ino = vfs.mkdir(ROOT_INO, d.as_bytes(), 0o755, 0, 0).unwrap().ino;
+            vfs.set_prop(ino, "compression", compression).unwrap();
+            ino
+        });
+        let ino = vfs.create(dino, name.as_bytes(), 0o644, 0, 0).unwrap().ino;
+        let fh = vfs.open(ino).unwrap();
+        vfs.write(ino, 0, &data).unwrap();
+        vfs.release(ino, fh).unwrap();
+    }
+    let gz = vfs.lookup(ROOT_INO, b"gz").unwrap().ino;
+    let text = vfs.lookup(gz, b"text.txt").unwrap().ino;
+    vfs.link(text, ROOT_INO, b"hardlink.txt").unwrap();
+    vfs.symlink(ROOT_INO, b"link", b"gz/text.txt", 0, 0)
+        .unwrap();
+    vfs.setxattr(text, b"user.origin", b"fixture v1", 0)
+        .unwrap();
+    vfs.shutdown().unwrap();
+    drop(vfs);
+    // The readahead threads let go of the pool once the file layer is gone; the last reference
+    // closes SQLite, which folds its write-ahead log into meta.db.
+    while std::sync::Arc::strong_count(&pool) > 1 {
+        std::thread::yield_now();
+    }
+    drop(pool);
+    assert!(!dir.join("meta.db-wal").exists(), "SQLite kept its log");
+    let _ = std::fs::remove_file(dir.join("presso.lock"));
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
+fn read_all(vfs: &Vfs, ino: u64) -> Vec<u8> {
+    let size = vfs.getattr(ino).unwrap().size;
+    let mut out = Vec::new();
+    while (out.len() as u64) < size {
+        let chunk = vfs.read(ino, out.len() as u64, 1 << 20).unwrap();
+        assert!(!chunk.as_ref().is_empty(), "short read at {}", out.len());
+        out.extend_from_slice(chunk.as_ref());
+    }
+    out
+}
+
+#[test]
+fn version_1_pool_reads_back_in_this_build() {
+    let fixture = fixture_dir();
+    if std::env::var_os("PRESSO_WRITE_FIXTURE").is_some() {
+        write_fixture(&fixture);
+    }
+    assert!(
+        fixture.join("presso.pool").is_file(),
+        "fixture missing; see this file's header"
+    );
+    // Opening takes the lock and may write; work on a copy.
+    let work = std::env::temp_dir().join(format!("presso-fixture-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    copy_dir(&fixture, &work);
+    let (pool, _) = Pool::open(&work, PoolOptions::default()).unwrap();
+    let vfs = Vfs::new(pool.clone(), VfsConfig::default());
+    let mut codecs = std::collections::BTreeSet::new();
+    for (d, name, compression, data) in files() {
+        let dino = vfs.lookup(ROOT_INO, d.as_bytes()).unwrap().ino;
+        assert_eq!(vfs.get_prop(dino, "compression").unwrap().0, compression);
+        let ino = vfs.lookup(dino, name.as_bytes()).unwrap().ino;
+        assert_eq!(read_all(&vfs, ino), data, "{d}/{name}");
+        for (_, rec) in pool.meta().records(ino, ..).unwrap() {
+            codecs.insert(rec.codec);
+        }
+    }
+    // gzip, zstd, lz4 and off frames are all present.
+    assert!(codecs.len() >= 4, "codecs in the fixture: {codecs:?}");
+    let gz = vfs.lookup(ROOT_INO, b"gz").unwrap().ino;
+    let text = vfs.lookup(gz, b"text.txt").unwrap();
+    assert_eq!(text.nlink, 2);
+    assert_eq!(vfs.lookup(ROOT_INO, b"hardlink.txt").unwrap().ino, text.ino);
+    let link = vfs.lookup(ROOT_INO, b"link").unwrap().ino;
+    assert_eq!(vfs.readlink(link).unwrap(), b"gz/text.txt");
+    assert_eq!(
+        vfs.getxattr(text.ino, b"user.origin").unwrap(),
+        b"fixture v1"
+    );
+    let sparse = vfs.lookup(gz, b"sparse.bin").unwrap().ino;
+    assert!(
+        pool.meta().records(sparse, ..).unwrap().len() < 12,
+        "the zero megabyte is stored as holes"
+    );
+    let tiny = vfs.lookup(gz, b"tiny.txt").unwrap().ino;
+    assert!(pool
+        .meta()
+        .get_record(tiny, 0)
+        .unwrap()
+        .unwrap()
+        .inline
+        .is_some());
+    let report = maintenance::scrub(&pool, &mut |_| {}).unwrap();
+    assert!(report.clean(), "{report:?}");
+    assert_eq!(report.orphan_frames, 0);
+    vfs.shutdown().unwrap();
+    drop(vfs);
+    drop(pool);
+    let _ = std::fs::remove_dir_all(&work);
+}
