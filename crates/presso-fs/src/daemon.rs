@@ -16,6 +16,8 @@ pub struct MountConfig {
     pub allow_other: bool,
     /// Mount read-only.
     pub read_only: bool,
+    /// Forbid executing files from the mount (`noexec`).
+    pub no_exec: bool,
     /// Pool settings.
     pub pool: PoolOptions,
     /// File-layer settings.
@@ -58,7 +60,12 @@ pub fn serve(
         }
         let vfs = Vfs::new(pool, config.vfs.clone());
         let threads = vfs.pool().options().workers * 2;
-        let options = mount_options(&pool_path, config.allow_other, config.read_only);
+        let options = mount_options(
+            &pool_path,
+            config.allow_other,
+            config.read_only,
+            config.no_exec,
+        );
         let session =
             fuser::Session::new(PressoFs::new(vfs.clone(), threads), &mountpoint, &options)
                 .map_err(|e| FsError::io(format!("cannot mount on {}", mountpoint.display()), e))?;

@@ -77,7 +77,12 @@ impl PressoFs {
 
 /// Mount options for a pool: the file-system name is the pool path, permissions are checked by
 /// the kernel, and the mount is private to its owner unless `allow_other` is given.
-pub fn mount_options(pool: &Path, allow_other: bool, read_only: bool) -> Vec<MountOption> {
+pub fn mount_options(
+    pool: &Path,
+    allow_other: bool,
+    read_only: bool,
+    no_exec: bool,
+) -> Vec<MountOption> {
     let mut options = vec![
         MountOption::FSName(pool.display().to_string()),
         MountOption::Subtype("presso".into()),
@@ -86,6 +91,9 @@ pub fn mount_options(pool: &Path, allow_other: bool, read_only: bool) -> Vec<Mou
     ];
     if allow_other {
         options.push(MountOption::AllowOther);
+    }
+    if no_exec {
+        options.push(MountOption::NoExec);
     }
     options.push(if read_only {
         MountOption::RO

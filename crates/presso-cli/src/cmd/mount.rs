@@ -20,7 +20,7 @@ use presso_fs::daemon::{self, MountConfig};
   fstab: /srv/pool /mnt/data fuse.presso defaults,allow_other 0 0
 
 Mount options (-o, comma-separated): allow_other (other users may enter, permissions still apply),
-ro, rw. The mount is private to its owner otherwise. `presso unmount` (or SIGTERM to the daemon)
+ro, rw, noexec, exec. The mount is private to its owner otherwise. `presso unmount` (or SIGTERM to the daemon)
 flushes everything to the pool.")]
 pub struct MountArgs {
     /// The pool directory.
@@ -42,8 +42,6 @@ const IGNORED: &[&str] = &[
     "nodev",
     "suid",
     "nosuid",
-    "exec",
-    "noexec",
     "auto",
     "noauto",
     "nofail",
@@ -66,8 +64,10 @@ fn parse_options(options: &[String]) -> Result<MountConfig> {
             "allow_other" => config.allow_other = true,
             "ro" => config.read_only = true,
             "rw" => config.read_only = false,
+            "noexec" => config.no_exec = true,
+            "exec" => config.no_exec = false,
             p if IGNORED.contains(&p) || p.starts_with("x-") => {}
-            p => bail!("unknown mount option '{p}'; valid: allow_other, ro, rw"),
+            p => bail!("unknown mount option '{p}'; valid: allow_other, ro, rw, noexec, exec"),
         }
     }
     Ok(config)
@@ -207,7 +207,8 @@ mod tests {
         let c = parse_options(&["allow_other,ro".into()]).unwrap();
         assert!(c.allow_other && c.read_only);
         let c = parse_options(&["defaults,rw,nofail".into()]).unwrap();
-        assert!(!c.allow_other && !c.read_only);
+        assert!(!c.allow_other && !c.read_only && !c.no_exec);
+        assert!(parse_options(&["nosuid,noexec".into()]).unwrap().no_exec);
         let e = parse_options(&["compression=lz4".into()]).unwrap_err();
         assert!(e.to_string().contains("allow_other"), "{e}");
     }
