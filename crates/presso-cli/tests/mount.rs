@@ -1455,6 +1455,45 @@ fn mount_helper_mounts_with_options() {
         std::fs::read(f.p("hello")).unwrap(),
         b"through the helper\n"
     );
+    f.unmount();
+
+    // As mount(8) calls it for an fstab line: options it adds are taken, noexec is honoured.
+    let out = exec(
+        std::process::Command::new(&helper)
+            .arg(&f.pool)
+            .arg(&f.mnt)
+            .args([
+                "-o",
+                "rw,nosuid,nodev,noexec,noatime,_netdev,x-systemd.automount",
+            ]),
+    );
+    f.set_mounted(out.status.success() || is_mounted(&f.mnt));
+    out.ok();
+    let line = mount_line(&f.mnt).expect("the helper mounted nothing");
+    let flags = line.split(' ').nth(5).unwrap_or_default();
+    for flag in ["nosuid", "nodev", "noexec"] {
+        assert!(flags.split(',').any(|f| f == flag), "no {flag} in {line}");
+    }
+    let script = f.p("script.sh");
+    std::fs::write(&script, "#!/bin/sh\necho ran\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let err = std::process::Command::new(&script).output().unwrap_err();
+    assert_eq!(
+        err.raw_os_error(),
+        Some(libc::EACCES),
+        "exec on noexec: {err}"
+    );
+    let err = exec(
+        std::process::Command::new(&helper)
+            .arg(&f.pool)
+            .arg(f.scratch("bin"))
+            .args(["-o", "compression=lz4"]),
+    )
+    .fails();
+    assert!(
+        err.contains("compression=lz4") && err.contains("allow_other"),
+        "{err}"
+    );
 }
 
 // ---- 13. a pool in use
