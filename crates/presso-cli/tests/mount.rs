@@ -1,9 +1,10 @@
 //! Integration tests with real FUSE mounts: the `presso` binary mounts a fresh pool per test and
 //! ordinary tools (cp, tar, git, rsync, df, ...) and system calls act on it as clients.
 //!
-//! Needs root, /dev/fuse and fusermount3; the ENOSPC test also needs loop devices and
-//! mkfs.ext4. Tools a test uses are checked first and a missing one fails that test with the
-//! package to install.
+//! Needs root, /dev/fuse and loop devices, and the tools of these Debian packages: fuse3 (the
+//! mount itself), git, rsync, tar, diffutils, coreutils, e2fsprogs and mount (the ENOSPC test's
+//! ext4 image), util-linux (setpriv, to act as another user). The tests install nothing: a test
+//! checks its tools first, and a missing one fails it naming the package.
 
 mod common;
 
