@@ -27,6 +27,15 @@ pub fn run(args: UnmountArgs) -> Result<()> {
     };
     // Hold the lock file open first: the daemon holds its lock until it has flushed and exited.
     let lock = std::fs::File::open(mount.pool.join(presso_store::LOCK_FILE)).ok();
+    // SAFETY: flock on a descriptor owned by `lock`; a non-blocking probe released at once.
+    let daemon_alive = lock.as_ref().is_some_and(|l| unsafe {
+        if libc::flock(l.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 {
+            libc::flock(l.as_raw_fd(), libc::LOCK_UN);
+            false
+        } else {
+            true
+        }
+    });
     let status = Command::new("fusermount3").arg("-u").arg(&path).status();
     let unmounted = match status {
         Ok(s) if s.success() => true,
@@ -51,10 +60,17 @@ pub fn run(args: UnmountArgs) -> Result<()> {
         // SAFETY: as above.
         unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_UN) };
     }
-    println!(
-        "unmounted {}; everything written is in {}",
-        path.display(),
-        mount.pool.display()
-    );
+    if daemon_alive {
+        println!(
+            "unmounted {}; everything written is in {}",
+            path.display(),
+            mount.pool.display()
+        );
+    } else {
+        println!(
+            "removed the dead mount {}: its daemon had stopped, so writes not fsynced before it died may be lost; the pool mounts again at its last commit",
+            path.display()
+        );
+    }
     Ok(())
 }
