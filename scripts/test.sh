@@ -5,9 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# ISA-L is built from source by isal-sys (autotools + nasm); the FUSE packages serve the mount tests.
+# ISA-L is built from source by isal-sys (autotools + nasm). The mount tests need FUSE, root, loop
+# devices and the everyday tools they drive as clients.
 bash scripts/install-packages.sh nasm autoconf automake libtool pkg-config make gcc zlib1g-dev \
-  fuse3 libfuse3-dev
+  fuse3 libfuse3-dev git rsync tar diffutils coreutils e2fsprogs mount util-linux
 if ! command -v cargo >/dev/null; then
   echo "error: cargo not found; install the Rust toolchain (rustup) and run this again" >&2
   exit 1
