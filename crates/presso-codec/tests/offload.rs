@@ -400,7 +400,10 @@ fn per_record_options_override_the_engine_defaults() {
     };
     let defaults = engine.default_options();
     let data = text(64 << 10, 7);
-    assert_eq!(run(data.clone(), defaults).backend, BackendKind::Accelerator);
+    assert_eq!(
+        run(data.clone(), defaults).backend,
+        BackendKind::Accelerator
+    );
     let cpu_only = JobOptions {
         offload: false,
         ..defaults
