@@ -23,7 +23,8 @@ modes:
   --quick              one repetition, small sizes (64 MB corpus, 128 MiB per fio job, 5 s phases,
                        2 x 100k genomics reads): under 10 minutes on 2 cores
   --full               the default: 400 MB corpus, 1 GiB per fio job, 30 s phases, a 6-point
-                       block-size sweep, 2 x 1M genomics reads, 3 repetitions, medians: several hours
+                       block-size sweep, 2 x 1M genomics reads, 3 repetitions, medians: about
+                       2.5 hours on 2 cores
 
 options:
   --work DIR           images, corpus, genomics data, resource journal (default bench/work)
