@@ -314,6 +314,9 @@ def main(argv):
                 leaks += errs
                 for e in errs:
                     sysutil.progress(f"{prefix} teardown could not: {e}")
+                if not errs and not registry.live(group=t.name):
+                    # Its images are of no use once it is down, and they hold gigabytes.
+                    shutil.rmtree(t.dir, ignore_errors=True)
                 meta["targets"].append({"name": t.name, "fs": t.fs, "setting": t.setting,
                                         "anchor": t.anchor, "commands": t.commands})
                 if t in zfs_left:
