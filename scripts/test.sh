@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 # ISA-L is built from source by isal-sys (autotools + nasm). The mount tests need FUSE, root, loop
 # devices and the everyday tools they drive as clients.
 bash scripts/install-packages.sh nasm autoconf automake libtool pkg-config make gcc zlib1g-dev \
-  fuse3 libfuse3-dev git rsync tar diffutils coreutils e2fsprogs mount util-linux
+  fuse3 libfuse3-dev git rsync tar diffutils coreutils e2fsprogs mount util-linux \
+  python3 python3-matplotlib samtools
 if ! command -v cargo >/dev/null; then
   echo "error: cargo not found; install the Rust toolchain (rustup) and run this again" >&2
   exit 1
@@ -20,9 +21,13 @@ cargo clippy --workspace --all-targets -- -D warnings
 # The codec crate without its optional codecs: compiled-out codecs must still build and decode to
 # a clear "not built in" error.
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+trap 'rm -f "$log" "$log.bench"' EXIT
 cargo test -p presso-codec --no-default-features --lib 2>&1 | tee -a "$log"
 cargo test --workspace 2>&1 | tee -a "$log"
+# The evaluation harness's own logic (parsing, metrics, reports, teardown on failure).
+python3 bench/tests/run_tests.py 2>&1 | tee "$log.bench"
+tail -n 1 "$log.bench" | awk '/passed/ { printf "test result: ok. %d passed; %d failed; (evaluation harness)\n", $1, $3 }' >> "$log"
+grep -q " 0 failed" <(tail -n 1 "$log.bench")
 
 fuzz_seconds=${PRESSO_FUZZ_SECONDS:-30}
 if [ "$fuzz_seconds" -gt 0 ]; then
