@@ -108,9 +108,6 @@ fn run(
     request: Request,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Value> {
-    let to_value = |v: Result<Value, serde_json::Error>| {
-        v.map_err(|e| FsError::Invalid(format!("cannot encode the reply: {e}")))
-    };
     match request {
         Request::Status => {
             let status = Status::gather(
@@ -118,39 +115,24 @@ fn run(
                 Some(vfs),
                 Some(mountpoint.display().to_string()),
             )?;
-            to_value(serde_json::to_value(status))
+            serde_json::to_value(status)
+                .map_err(|e| FsError::Invalid(format!("cannot encode the reply: {e}")))
         }
-        Request::Get { ino, name } => {
-            let (value, source) = vfs.get_prop(ino, &name)?;
-            Ok(json!({ "name": name, "value": value, "source": source }))
-        }
+        // Through the file layer, so open files pick up the new value for their next records.
         Request::Set { ino, name, value } => {
             let value = vfs.set_prop(ino, &name, &value)?;
             Ok(json!({ "name": name, "value": value }))
         }
-        Request::Gc { min_live } => {
+        Request::Get { .. } => run_offline(vfs.pool(), request, progress),
+        // Everything written so far is compressed and committed first.
+        Request::Gc { .. } | Request::Scrub | Request::Sync => {
             vfs.sync_all()?;
-            to_value(serde_json::to_value(maintenance::gc(
-                vfs.pool(),
-                min_live,
-                progress,
-            )?))
-        }
-        Request::Scrub => {
-            vfs.sync_all()?;
-            to_value(serde_json::to_value(maintenance::scrub(
-                vfs.pool(),
-                progress,
-            )?))
-        }
-        Request::Sync => {
-            vfs.sync_all()?;
-            Ok(Value::Null)
+            run_offline(vfs.pool(), request, progress)
         }
     }
 }
 
-/// Runs `request` on a pool opened by the caller (not mounted).
+/// Runs `request` on a pool without its file layer (a pool the caller opened, not mounted).
 pub fn run_offline(
     pool: &crate::pool::Pool,
     request: Request,
