@@ -174,6 +174,27 @@ fn errno(e: &FsError) -> i32 {
     e.errno()
 }
 
+fn empty(reply: ReplyEmpty, result: Result<(), FsError>) {
+    match result {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+fn entry(reply: ReplyEntry, result: Result<Attr, FsError>) {
+    match result {
+        Ok(a) => reply.entry(&TTL, &file_attr(&a), 0),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+fn attr(reply: ReplyAttr, result: Result<Attr, FsError>) {
+    match result {
+        Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
 impl Filesystem for PressoFs {
     fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> Result<(), libc::c_int> {
         let _ = config.set_max_write(1 << 20);
@@ -194,17 +215,11 @@ impl Filesystem for PressoFs {
     }
 
     fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
-        match self.vfs.lookup(parent, name.as_bytes()) {
-            Ok(a) => reply.entry(&TTL, &file_attr(&a), 0),
-            Err(e) => reply.error(errno(&e)),
-        }
+        entry(reply, self.vfs.lookup(parent, name.as_bytes()))
     }
 
     fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
-        match self.vfs.getattr(ino) {
-            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
-            Err(e) => reply.error(errno(&e)),
-        }
+        attr(reply, self.vfs.getattr(ino))
     }
 
     fn setattr(
@@ -233,10 +248,7 @@ impl Filesystem for PressoFs {
             atime: atime.map(time_or_now),
             mtime: mtime.map(time_or_now),
         };
-        match self.vfs.setattr(ino, set) {
-            Ok(a) => reply.attr(&TTL, &file_attr(&a)),
-            Err(e) => reply.error(errno(&e)),
-        }
+        attr(reply, self.vfs.setattr(ino, set))
     }
 
     fn readlink(&mut self, _req: &Request<'_>, ino: u64, reply: ReplyData) {
@@ -265,18 +277,18 @@ impl Filesystem for PressoFs {
             _ => return reply.error(libc::EINVAL),
         };
         let perm = mode & 0o7777 & !umask;
-        match self.vfs.mknod(
-            parent,
-            name.as_bytes(),
-            k,
-            perm,
-            req.uid(),
-            req.gid(),
-            rdev.into(),
-        ) {
-            Ok(a) => reply.entry(&TTL, &file_attr(&a), 0),
-            Err(e) => reply.error(errno(&e)),
-        }
+        entry(
+            reply,
+            self.vfs.mknod(
+                parent,
+                name.as_bytes(),
+                k,
+                perm,
+                req.uid(),
+                req.gid(),
+                rdev.into(),
+            ),
+        )
     }
 
     fn mkdir(
@@ -289,27 +301,19 @@ impl Filesystem for PressoFs {
         reply: ReplyEntry,
     ) {
         let perm = mode & 0o7777 & !umask;
-        match self
-            .vfs
-            .mkdir(parent, name.as_bytes(), perm, req.uid(), req.gid())
-        {
-            Ok(a) => reply.entry(&TTL, &file_attr(&a), 0),
-            Err(e) => reply.error(errno(&e)),
-        }
+        entry(
+            reply,
+            self.vfs
+                .mkdir(parent, name.as_bytes(), perm, req.uid(), req.gid()),
+        )
     }
 
     fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
-        match self.vfs.unlink(parent, name.as_bytes()) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        empty(reply, self.vfs.unlink(parent, name.as_bytes()))
     }
 
     fn rmdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
-        match self.vfs.rmdir(parent, name.as_bytes()) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        empty(reply, self.vfs.rmdir(parent, name.as_bytes()))
     }
 
     fn symlink(
@@ -320,16 +324,16 @@ impl Filesystem for PressoFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        match self.vfs.symlink(
-            parent,
-            link_name.as_bytes(),
-            target.as_os_str().as_bytes(),
-            req.uid(),
-            req.gid(),
-        ) {
-            Ok(a) => reply.entry(&TTL, &file_attr(&a), 0),
-            Err(e) => reply.error(errno(&e)),
-        }
+        entry(
+            reply,
+            self.vfs.symlink(
+                parent,
+                link_name.as_bytes(),
+                target.as_os_str().as_bytes(),
+                req.uid(),
+                req.gid(),
+            ),
+        )
     }
 
     fn rename(
@@ -346,13 +350,11 @@ impl Filesystem for PressoFs {
             // RENAME_NOREPLACE / RENAME_EXCHANGE are not supported yet.
             return reply.error(libc::EINVAL);
         }
-        match self
-            .vfs
-            .rename(parent, name.as_bytes(), newparent, newname.as_bytes())
-        {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        empty(
+            reply,
+            self.vfs
+                .rename(parent, name.as_bytes(), newparent, newname.as_bytes()),
+        )
     }
 
     fn link(
@@ -363,10 +365,7 @@ impl Filesystem for PressoFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        match self.vfs.link(ino, newparent, newname.as_bytes()) {
-            Ok(a) => reply.entry(&TTL, &file_attr(&a), 0),
-            Err(e) => reply.error(errno(&e)),
-        }
+        entry(reply, self.vfs.link(ino, newparent, newname.as_bytes()))
     }
 
     fn open(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
@@ -418,10 +417,7 @@ impl Filesystem for PressoFs {
     }
 
     fn flush(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _owner: u64, reply: ReplyEmpty) {
-        self.spawn(move |vfs| match vfs.flush(ino) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        });
+        self.spawn(move |vfs| empty(reply, vfs.flush(ino)));
     }
 
     fn release(
@@ -434,10 +430,7 @@ impl Filesystem for PressoFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.spawn(move |vfs| match vfs.release(ino, fh) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        });
+        self.spawn(move |vfs| empty(reply, vfs.release(ino, fh)));
     }
 
     fn fsync(
@@ -448,10 +441,7 @@ impl Filesystem for PressoFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.spawn(move |vfs| match vfs.fsync(ino) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        });
+        self.spawn(move |vfs| empty(reply, vfs.fsync(ino)));
     }
 
     fn opendir(&mut self, _req: &Request<'_>, _ino: u64, _flags: i32, reply: ReplyOpen) {
@@ -561,10 +551,7 @@ impl Filesystem for PressoFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        match self.vfs.setxattr(ino, name.as_bytes(), value, flags) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        empty(reply, self.vfs.setxattr(ino, name.as_bytes(), value, flags))
     }
 
     fn getxattr(
@@ -604,10 +591,7 @@ impl Filesystem for PressoFs {
     }
 
     fn removexattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, reply: ReplyEmpty) {
-        match self.vfs.removexattr(ino, name.as_bytes()) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
+        empty(reply, self.vfs.removexattr(ino, name.as_bytes()))
     }
 
     fn create(
@@ -644,12 +628,12 @@ impl Filesystem for PressoFs {
         if offset < 0 || length <= 0 {
             return reply.error(libc::EINVAL);
         }
-        self.spawn(
-            move |vfs| match vfs.fallocate(ino, offset as u64, length as u64, mode) {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(errno(&e)),
-            },
-        );
+        self.spawn(move |vfs| {
+            empty(
+                reply,
+                vfs.fallocate(ino, offset as u64, length as u64, mode),
+            )
+        });
     }
 
     fn lseek(
