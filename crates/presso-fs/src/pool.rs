@@ -193,13 +193,7 @@ impl Pool {
         };
         let purged = meta.purge_orphans()?;
         report.orphan_records_purged = purged.len();
-        let usage = meta.segment_usage()?;
-        for segment in store.segments() {
-            let live = usage
-                .get(&segment)
-                .map_or(0, |u| u.stored_bytes + u.records * ENTRY_HEADER_LEN as u64);
-            store.set_live_bytes(segment, live)?;
-        }
+        refresh_live(&store, &meta)?;
 
         let offload = pool_prop(&meta, props::OFFLOAD)?
             .parse::<Offload>()
@@ -288,11 +282,7 @@ impl Pool {
     /// Effective value of property `name` for inode `ino` (inherited; the table default if
     /// nothing sets it).
     pub fn prop(&self, ino: u64, name: &str) -> Result<String> {
-        let info = props::info(name).map_err(FsError::Invalid)?;
-        Ok(self
-            .meta
-            .get_prop_effective(ino, name)?
-            .map_or_else(|| info.default.to_string(), |p| p.value))
+        Ok(self.get_prop(ino, name)?.0)
     }
 
     /// Effective value of a property and the inode it comes from (`None` = the default).
