@@ -533,14 +533,10 @@ impl Vfs {
         let Some(node) = self.files.lock().get(&ino).cloned() else {
             return Ok(());
         };
-        let jobs = {
-            let mut st = node.state.lock();
-            if let Some(errno) = st.error.take() {
-                return Err(FsError::Deferred(errno));
-            }
-            self.take_dirty(&node, &mut st, |_| true)
-        };
-        self.submit(&node, jobs);
+        if let Some(errno) = node.state.lock().error.take() {
+            return Err(FsError::Deferred(errno));
+        }
+        self.submit_dirty(&node);
         Ok(())
     }
 
@@ -550,13 +546,13 @@ impl Vfs {
         let Some(node) = self.files.lock().get(&ino).cloned() else {
             return Ok(());
         };
-        let (jobs, forget) = {
+        let forget = {
             let mut st = node.state.lock();
             st.open = st.open.saturating_sub(1);
-            let jobs = self.take_dirty(&node, &mut st, |_| true);
-            (jobs, st.open == 0 && st.orphaned)
+            st.open == 0 && st.orphaned
         };
         if forget {
+            // Its dirty records die with it: dropping the node gives their memory back.
             self.drop_node(ino);
             let records = self.file_records(ino);
             if self.pool.meta().forget(ino)? {
@@ -566,22 +562,15 @@ impl Vfs {
             }
             return Ok(());
         }
-        self.submit(&node, jobs);
+        self.submit_dirty(&node);
         Ok(())
     }
 
     /// Makes the file's data and metadata durable.
     pub fn fsync(&self, ino: u64) -> Result<()> {
         if let Some(node) = self.files.lock().get(&ino).cloned() {
-            let jobs = {
-                let mut st = node.state.lock();
-                self.take_dirty(&node, &mut st, |_| true)
-            };
-            self.submit(&node, jobs);
-            let mut st = node.state.lock();
-            while st.inflight > 0 {
-                node.changed.wait(&mut st);
-            }
+            self.submit_dirty(&node);
+            let mut st = wait_compressed(&node);
             if let Some(errno) = st.error.take() {
                 return Err(FsError::Deferred(errno));
             }
@@ -595,20 +584,23 @@ impl Vfs {
     /// Commits everything written so far (every file), durably.
     pub fn sync_all(&self) -> Result<()> {
         let nodes: Vec<_> = self.files.lock().values().cloned().collect();
+        // Submit every file's records before waiting for any, so they compress in parallel.
         for node in &nodes {
-            let jobs = {
-                let mut st = node.state.lock();
-                self.take_dirty(node, &mut st, |_| true)
-            };
-            self.submit(node, jobs);
+            self.submit_dirty(node);
         }
         for node in &nodes {
-            let mut st = node.state.lock();
-            while st.inflight > 0 {
-                node.changed.wait(&mut st);
-            }
+            drop(wait_compressed(node));
         }
         self.pool.commit(true)
+    }
+
+    /// Hands every Dirty record of `node` to the engine.
+    fn submit_dirty(&self, node: &Arc<FileNode>) {
+        let jobs = {
+            let mut st = node.state.lock();
+            self.take_dirty(node, &mut st, |_| true)
+        };
+        self.submit(node, jobs);
     }
 
     // ---- write path
@@ -1305,6 +1297,15 @@ fn completed(
     }
     drop(st);
     node.changed.notify_all();
+}
+
+/// Waits until none of `node`'s records is in compression and returns its locked state.
+fn wait_compressed(node: &FileNode) -> parking_lot::MutexGuard<'_, FileState> {
+    let mut st = node.state.lock();
+    while st.inflight > 0 {
+        node.changed.wait(&mut st);
+    }
+    st
 }
 
 fn flusher(vfs: std::sync::Weak<Vfs>) {
