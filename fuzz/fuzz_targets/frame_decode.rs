@@ -6,13 +6,15 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use presso_codec::frame::{decode_frame_into, stored_hash, FrameHeader};
+use bytes::Bytes;
+use presso_codec::frame::{decode_frame_into, decode_frame_shared, stored_hash, FrameHeader};
 use presso_codec::{decode_frame_with, CodecId, DecodeOptions, DeflateEngine};
 
 fuzz_target!(|data: &[u8]| {
     for deflate in DeflateEngine::ALL {
         let _ = decode_frame_with(data, DecodeOptions { deflate });
     }
+    let _ = decode_frame_shared(Bytes::copy_from_slice(data), DecodeOptions::default());
     if data.len() < 4 {
         return;
     }

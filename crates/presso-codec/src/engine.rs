@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
@@ -378,6 +379,17 @@ impl Engine {
     /// Decodes a frame with this engine's decode settings.
     pub fn decode(&self, frame: &[u8]) -> Result<Vec<u8>, FrameError> {
         frame::decode_frame_with(
+            frame,
+            DecodeOptions {
+                deflate: self.shared.config.decode_deflate,
+            },
+        )
+    }
+
+    /// [`Engine::decode`] on a shared buffer: a record stored as-is comes back as a view into
+    /// `frame`, without a copy.
+    pub fn decode_shared(&self, frame: Bytes) -> Result<Bytes, FrameError> {
+        frame::decode_frame_shared(
             frame,
             DecodeOptions {
                 deflate: self.shared.config.decode_deflate,

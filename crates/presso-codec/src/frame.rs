@@ -22,6 +22,7 @@
 
 use crate::codec::{CodecId, CodecSpec};
 use crate::format::{self, DeflateEngine};
+use bytes::Bytes;
 
 /// The four bytes every frame starts with.
 pub const FRAME_MAGIC: [u8; 4] = *b"PRSF";
@@ -373,12 +374,25 @@ pub fn decode_frame_into(
     Ok(header)
 }
 
-fn decode_verified(
-    header: &FrameHeader,
-    frame: &[u8],
-    out: &mut [u8],
-    options: DecodeOptions,
-) -> Result<(), FrameError> {
+/// [`decode_frame_with`] on a shared buffer. A record stored as-is is returned as a view into
+/// `frame` after its checksums are verified, without copying it; other codecs decode into a new
+/// buffer.
+pub fn decode_frame_shared(frame: Bytes, options: DecodeOptions) -> Result<Bytes, FrameError> {
+    let header = FrameHeader::parse(&frame)?;
+    if header.codec != CodecId::Off || header.hole {
+        let mut out = vec![0u8; header.logical_len as usize];
+        decode_verified(&header, &frame, &mut out, options)?;
+        return Ok(Bytes::from(out));
+    }
+    // The header's rules make an uncompressed payload exactly the logical length.
+    let payload = verified_payload(&header, &frame)?;
+    check_logical(&header, payload)?;
+    Ok(frame.slice(HEADER_LEN..))
+}
+
+/// Checks the frame's length, the stored checksum and that its codec is built in; returns the
+/// payload.
+fn verified_payload<'a>(header: &FrameHeader, frame: &'a [u8]) -> Result<&'a [u8], FrameError> {
     let need = header.frame_len();
     if frame.len() < need {
         return Err(FrameError::Truncated {
@@ -403,17 +417,11 @@ fn decode_verified(
     if !info.built_in {
         return Err(FrameError::NotBuiltIn { codec: info.name });
     }
-    if header.hole {
-        out.fill(0);
-    } else {
-        format::decompress(header.codec, options.deflate, payload, out).map_err(|e| {
-            FrameError::Corrupt {
-                codec: info.name,
-                reason: e.to_string(),
-            }
-        })?;
-    }
-    let computed = crc32fast::hash(out);
+    Ok(payload)
+}
+
+fn check_logical(header: &FrameHeader, data: &[u8]) -> Result<(), FrameError> {
+    let computed = crc32fast::hash(data);
     if computed != header.logical_crc {
         return Err(FrameError::LogicalChecksum {
             stored: header.logical_crc,
@@ -421,6 +429,26 @@ fn decode_verified(
         });
     }
     Ok(())
+}
+
+fn decode_verified(
+    header: &FrameHeader,
+    frame: &[u8],
+    out: &mut [u8],
+    options: DecodeOptions,
+) -> Result<(), FrameError> {
+    let payload = verified_payload(header, frame)?;
+    if header.hole {
+        out.fill(0);
+    } else {
+        format::decompress(header.codec, options.deflate, payload, out).map_err(|e| {
+            FrameError::Corrupt {
+                codec: header.codec.info().name,
+                reason: e.to_string(),
+            }
+        })?;
+    }
+    check_logical(header, out)
 }
 
 #[cfg(test)]
@@ -520,6 +548,27 @@ mod tests {
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
             let _ = decode_frame(&bytes);
+            let _ = decode_frame_shared(Bytes::from(bytes), DecodeOptions::default());
+        }
+
+        #[test]
+        fn shared_decode_agrees_with_copying_decode(
+            data in proptest::collection::vec(any::<u8>(), 0..2048),
+            hole: bool,
+            flip in proptest::option::of(any::<prop::sample::Index>()),
+        ) {
+            let mut frame = if hole { hole_frame(data.len()) } else { raw(&data) };
+            if let Some(bit) = flip {
+                let bit = bit.index(frame.len() * 8);
+                frame[bit / 8] ^= 1 << (bit % 8);
+            }
+            let copied = decode_frame(&frame);
+            let shared = decode_frame_shared(Bytes::from(frame), DecodeOptions::default());
+            match (copied, shared) {
+                (Ok(a), Ok(b)) => prop_assert_eq!(&a[..], &b[..]),
+                (Err(a), Err(b)) => prop_assert_eq!(a.to_string(), b.to_string()),
+                (a, b) => prop_assert!(false, "copying {a:?}, shared {b:?}"),
+            }
         }
     }
 }

@@ -7,19 +7,21 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use parking_lot::{Condvar, Mutex};
 
 /// Cache key: segment and offset of the frame.
 pub type Key = (u64, u64);
 
 enum Slot {
-    Ready { data: Arc<Vec<u8>>, tick: u64 },
+    Ready { data: Bytes, tick: u64 },
     Loading(Arc<Pending>),
 }
 
 #[derive(Default)]
 struct Pending {
-    done: Mutex<Option<Result<Arc<Vec<u8>>, i32>>>,
+    done: Mutex<Option<Result<Bytes, i32>>>,
     ready: Condvar,
 }
 
@@ -77,8 +79,8 @@ impl RecordCache {
     pub fn get_or_load(
         &self,
         key: Key,
-        load: impl FnOnce() -> Result<Vec<u8>, i32>,
-    ) -> Result<Arc<Vec<u8>>, i32> {
+        load: impl FnOnce() -> Result<Bytes, i32>,
+    ) -> Result<Bytes, i32> {
         let pending = {
             let mut inner = self.inner.lock();
             inner.clock += 1;
@@ -110,7 +112,7 @@ impl RecordCache {
                 }
             }
         };
-        let result = load().map(Arc::new);
+        let result = load();
         {
             let mut inner = self.inner.lock();
             match &result {
@@ -182,14 +184,16 @@ mod tests {
             let data = cache
                 .get_or_load(key, || {
                     loads += 1;
-                    Ok(vec![key.1 as u8; 100])
+                    Ok(vec![key.1 as u8; 100].into())
                 })
                 .unwrap();
             assert_eq!(data[0], key.1 as u8);
         }
         assert_eq!(loads, 3);
         // A fourth record pushes out the least recently used one, (1, 100).
-        cache.get_or_load((2, 0), || Ok(vec![0; 100])).unwrap();
+        cache
+            .get_or_load((2, 0), || Ok(vec![0; 100].into()))
+            .unwrap();
         assert!(cache.contains((1, 0)));
         assert!(!cache.contains((1, 100)));
         assert_eq!(cache.stats().bytes, 300);
@@ -200,7 +204,10 @@ mod tests {
         let cache = RecordCache::new(1000);
         assert_eq!(cache.get_or_load((1, 0), || Err(5)), Err(5));
         assert!(!cache.contains((1, 0)));
-        assert_eq!(*cache.get_or_load((1, 0), || Ok(vec![7])).unwrap(), vec![7]);
+        assert_eq!(
+            *cache.get_or_load((1, 0), || Ok(vec![7].into())).unwrap(),
+            vec![7]
+        );
     }
 
     #[test]
@@ -216,7 +223,7 @@ mod tests {
                     cache
                         .get_or_load((9, 9), || {
                             loads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                            Ok(vec![1; 1000])
+                            Ok(vec![1; 1000].into())
                         })
                         .unwrap()
                         .len()

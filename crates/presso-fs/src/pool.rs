@@ -23,6 +23,7 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 use presso_codec::frame::FrameHeader;
 use presso_codec::{Encoded, Engine, EngineConfig, Offload};
@@ -378,18 +379,22 @@ impl Pool {
     }
 
     /// Reads and decodes record `index` of `ino` from `rec`, verifying every checksum.
-    pub fn read_record(&self, ino: u64, index: u64, rec: &RecordRef) -> Result<Vec<u8>> {
+    /// A record stored as-is is a view into the frame read from the store, not a copy.
+    pub fn read_record(&self, ino: u64, index: u64, rec: &RecordRef) -> Result<Bytes> {
         let frame = self.read_frame(ino, index, rec)?;
-        let data = self.engine.decode(&frame).map_err(|source| {
-            self.counters.corruptions.fetch_add(1, Ordering::Relaxed);
-            FsError::CorruptFrame {
-                ino,
-                index,
-                segment: rec.segment,
-                offset: rec.offset,
-                source,
-            }
-        })?;
+        let data = self
+            .engine
+            .decode_shared(Bytes::from(frame))
+            .map_err(|source| {
+                self.counters.corruptions.fetch_add(1, Ordering::Relaxed);
+                FsError::CorruptFrame {
+                    ino,
+                    index,
+                    segment: rec.segment,
+                    offset: rec.offset,
+                    source,
+                }
+            })?;
         self.counters.records_read.fetch_add(1, Ordering::Relaxed);
         Ok(data)
     }
