@@ -2,7 +2,8 @@
 # Issue-4 targets: sequential write and cold sequential read through a Presso mount, side by side
 # with the kernel's ext4 on a loop device, in one run. Both write with `dd ... conv=fsync` (so
 # the data is durable when dd returns) and read cold with `dd` after dropping the page cache
-# (ext4 and Presso are also remounted, so Presso's record cache is empty too).
+# (ext4 and Presso are also remounted, so Presso's record cache is empty too). The loop device uses
+# direct I/O, like a disk: no second page cache on the host file system below it.
 #   bench/mount-targets.sh CORPUS_DIR [REPEATS=3] [WORK_DIR=/var/tmp/presso-mount-bench]
 # Prints a markdown table of medians (MB/s = 10^6 bytes/s) and the target ratios.
 set -euo pipefail
@@ -32,7 +33,7 @@ trap cleanup EXIT INT TERM
 size=$(( $(du -sb "$corpus" | cut -f1) * 3 + (1 << 30) ))
 truncate -s "$size" "$img"
 mkfs.ext4 -q -F "$img"
-loopdev=$(losetup --find --show "$img")
+loopdev=$(losetup --direct-io=on --find --show "$img")
 mkdir -p "$disk"
 mount "$loopdev" "$disk"
 
