@@ -22,9 +22,9 @@ the run goes on. Needs root (loop devices, mounts, drop_caches).
 modes:
   --quick              one repetition, small sizes (64 MB corpus, 128 MiB per fio job, 5 s phases,
                        2 x 100k genomics reads): under 10 minutes on 2 cores
-  --full               the default: 400 MB corpus, 1 GiB per fio job, 30 s phases, a 6-point
-                       block-size sweep, 2 x 1M genomics reads, 3 repetitions, medians: about
-                       2.5 hours on 2 cores
+  --full               the default: 400 MB corpus, 1 GiB per fio job, phases of at most 10 s,
+                       a 4-point block-size sweep, 2 x 500k genomics reads, 3 repetitions,
+                       medians: about 80 minutes on 2 cores
 
 options:
   --work DIR           images, corpus, genomics data, resource journal (default bench/work)
