@@ -974,6 +974,36 @@ fn hard_links_symlinks_and_renames() {
     std::fs::remove_dir(f.p("full/sub")).unwrap();
     std::fs::remove_dir(f.p("full")).unwrap();
     std::fs::remove_dir(f.p("empty")).unwrap();
+    // renameat2: RENAME_NOREPLACE refuses an existing target and leaves both files alone;
+    // RENAME_EXCHANGE is not supported and says so.
+    let rename2 = |from: &str, to: &str, flags: libc::c_uint| -> Option<i32> {
+        let (from, to) = (c_path(&f.p(from)), c_path(&f.p(to)));
+        let rc = unsafe {
+            libc::renameat2(
+                libc::AT_FDCWD,
+                from.as_ptr(),
+                libc::AT_FDCWD,
+                to.as_ptr(),
+                flags,
+            )
+        };
+        (rc != 0).then(|| std::io::Error::last_os_error().raw_os_error().unwrap())
+    };
+    std::fs::write(f.p("keep"), b"keep me").unwrap();
+    assert_eq!(
+        rename2("moved/old", "keep", libc::RENAME_NOREPLACE),
+        Some(libc::EEXIST)
+    );
+    assert_eq!(std::fs::read(f.p("keep")).unwrap(), b"keep me");
+    assert_eq!(std::fs::read(f.p("moved/old")).unwrap(), b"new contents");
+    assert_eq!(rename2("keep", "kept", libc::RENAME_NOREPLACE), None);
+    assert_eq!(std::fs::read(f.p("kept")).unwrap(), b"keep me");
+    assert!(!f.p("keep").exists());
+    assert_eq!(
+        rename2("kept", "moved/old", libc::RENAME_EXCHANGE),
+        Some(libc::EINVAL)
+    );
+    std::fs::remove_file(f.p("kept")).unwrap();
 
     std::fs::remove_file(&a).unwrap();
     assert_eq!(std::fs::metadata(f.p("moved/b")).unwrap().nlink(), 1);

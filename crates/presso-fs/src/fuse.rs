@@ -346,15 +346,16 @@ impl Filesystem for PressoFs {
         flags: u32,
         reply: ReplyEmpty,
     ) {
-        if flags != 0 {
-            // RENAME_NOREPLACE / RENAME_EXCHANGE are not supported yet.
-            return reply.error(libc::EINVAL);
+        let (name, newname) = (name.as_bytes(), newname.as_bytes());
+        match flags {
+            0 => empty(reply, self.vfs.rename(parent, name, newparent, newname)),
+            libc::RENAME_NOREPLACE => empty(
+                reply,
+                self.vfs.rename_noreplace(parent, name, newparent, newname),
+            ),
+            // RENAME_EXCHANGE (and any future flag): callers such as mv fall back on EINVAL.
+            _ => reply.error(libc::EINVAL),
         }
-        empty(
-            reply,
-            self.vfs
-                .rename(parent, name.as_bytes(), newparent, newname.as_bytes()),
-        )
     }
 
     fn link(

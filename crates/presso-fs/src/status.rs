@@ -3,22 +3,22 @@
 
 use serde::{Deserialize, Serialize};
 
-use presso_codec::{BackendKind, StatsSnapshot};
+use presso_codec::{BackendKind, CodecId, StatsSnapshot};
 
 use crate::error::Result;
 use crate::pool::Pool;
 use crate::vfs::Vfs;
 
-/// Logical and stored bytes of one codec's records written since the pool was opened.
+/// Live records of one codec over the whole pool, from the metadata.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CodecUsage {
-    /// Codec name.
+    /// Codec name (`off` includes records stored raw because they did not compress).
     pub codec: String,
-    /// Records submitted with it.
+    /// Live records stored with it, inline ones included.
     pub records: u64,
-    /// Bytes in.
+    /// Their logical bytes.
     pub logical_bytes: u64,
-    /// Frame bytes out.
+    /// Their frame bytes.
     pub stored_bytes: u64,
     /// Logical ÷ stored.
     pub ratio: f64,
@@ -54,7 +54,8 @@ pub struct Status {
     pub disk_bytes: u64,
     /// Logical ÷ stored, over the whole pool.
     pub ratio: f64,
-    /// Per codec, records written since the pool was opened.
+    /// Per codec, every live record of the pool (the engine's per-codec counters since open are
+    /// under `engine.codecs`).
     pub codecs: Vec<CodecUsage>,
     /// Records compressed on the accelerator since open.
     pub records_offloaded: u64,
@@ -95,15 +96,19 @@ impl Status {
         let engine = pool.engine().stats();
         let segments = pool.store().all_segment_stats();
         let garbage: u64 = segments.iter().map(|s| s.dead_bytes).sum();
-        let codecs = engine
-            .codecs
-            .iter()
-            .map(|c| CodecUsage {
-                codec: c.codec.clone(),
-                records: c.records,
-                logical_bytes: c.bytes_in,
-                stored_bytes: c.bytes_out,
-                ratio: ratio(c.bytes_in, c.bytes_out),
+        let codecs = pool
+            .meta()
+            .codec_usage()?
+            .into_iter()
+            .map(|(id, u)| CodecUsage {
+                codec: CodecId::from_u8(id).map_or_else(
+                    || format!("unknown codec {id}"),
+                    |c| c.info().name.to_string(),
+                ),
+                records: u.records,
+                logical_bytes: u.logical_bytes,
+                stored_bytes: u.stored_bytes,
+                ratio: ratio(u.logical_bytes, u.stored_bytes),
             })
             .collect();
         let sum = |f: fn(&presso_codec::stats::CodecSnapshot) -> u64| -> u64 {

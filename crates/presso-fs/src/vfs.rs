@@ -377,6 +377,21 @@ impl Vfs {
         Ok(())
     }
 
+    /// Renames only if `new_parent/new_name` does not exist (`RENAME_NOREPLACE`); nothing is
+    /// replaced, so no records are freed.
+    pub fn rename_noreplace(
+        &self,
+        parent: u64,
+        name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+    ) -> Result<()> {
+        Ok(self
+            .pool
+            .meta()
+            .rename_noreplace(parent, name, new_parent, new_name)?)
+    }
+
     fn name_dropped(&self, gone: Unlinked, records: Vec<RecordRef>) {
         match gone.fate {
             LinkFate::Linked => {}

@@ -204,6 +204,17 @@ pub struct SegmentUsage {
     pub stored_bytes: u64,
 }
 
+/// Live records stored with one codec, as counted by [`Txn::codec_usage`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CodecSpace {
+    /// Number of records (inline ones included).
+    pub records: u64,
+    /// Sum of their `logical_len`.
+    pub logical_bytes: u64,
+    /// Sum of their `stored_len`.
+    pub stored_bytes: u64,
+}
+
 /// One record of one file, with the place it belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordLocation {
@@ -275,6 +286,9 @@ pub trait Txn {
 
     /// Non-inline record count and stored bytes per segment; segments without records are absent.
     fn segment_usage(&mut self) -> Result<BTreeMap<u64, SegmentUsage>>;
+    /// Record count, logical and stored bytes per codec id over every record, inline ones
+    /// included; codecs without records are absent.
+    fn codec_usage(&mut self) -> Result<BTreeMap<u8, CodecSpace>>;
     /// Every non-inline record pointing into `segment`, ordered by (offset, ino, index).
     fn records_in_segment(&mut self, segment: u64) -> Result<Vec<RecordLocation>>;
     /// Up to `limit` records of all files (inline ones included) whose (ino, index) sorts strictly

@@ -77,8 +77,8 @@ use std::ops::{Bound, Range, RangeBounds};
 use std::path::Path;
 
 pub use engine::{
-    Dentry, FileKind, InodeRow, MetaEngine, RecordLocation, RecordRef, SegmentUsage, Timespec, Txn,
-    POOL_INO, ROOT_INO,
+    CodecSpace, Dentry, FileKind, InodeRow, MetaEngine, RecordLocation, RecordRef, SegmentUsage,
+    Timespec, Txn, POOL_INO, ROOT_INO,
 };
 pub use error::{MetaError, Result};
 pub use sqlite::{SqliteOptions, Synchronous, SCHEMA_VERSION};
@@ -935,6 +935,33 @@ impl MetaStore {
         new_name: &[u8],
         is_open: &dyn Fn(u64) -> bool,
     ) -> Result<Option<Unlinked>> {
+        self.rename_with(old_parent, old_name, new_parent, new_name, true, is_open)
+    }
+
+    /// [`MetaStore::rename`] that fails with [`MetaError::Exists`] when the target exists, checked
+    /// in the same transaction (`renameat2(RENAME_NOREPLACE)`).
+    pub fn rename_noreplace(
+        &self,
+        old_parent: u64,
+        old_name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+    ) -> Result<()> {
+        let replaced =
+            self.rename_with(old_parent, old_name, new_parent, new_name, false, &|_| true)?;
+        debug_assert!(replaced.is_none(), "nothing is replaced without replace");
+        Ok(())
+    }
+
+    fn rename_with(
+        &self,
+        old_parent: u64,
+        old_name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+        replace: bool,
+        is_open: &dyn Fn(u64) -> bool,
+    ) -> Result<Option<Unlinked>> {
         check_name(old_name)?;
         check_name(new_name)?;
         self.write(|tx| {
@@ -943,6 +970,9 @@ impl MetaStore {
             let src = tx
                 .get_dentry(old_parent, old_name)?
                 .ok_or(MetaError::NotFound)?;
+            if !replace && tx.get_dentry(new_parent, new_name)?.is_some() {
+                return Err(MetaError::Exists);
+            }
             if old_parent == new_parent && old_name == new_name {
                 return Ok(None);
             }
@@ -1229,6 +1259,12 @@ impl MetaStore {
     /// nothing points into are absent), to rebuild the store's live/dead accounting at open.
     pub fn segment_usage(&self) -> Result<BTreeMap<u64, SegmentUsage>> {
         self.read(|tx| tx.segment_usage())
+    }
+
+    /// Number, logical and stored bytes of the records of each codec id over the whole pool
+    /// (codecs without records are absent): the per-codec ratio `presso status` shows.
+    pub fn codec_usage(&self) -> Result<BTreeMap<u8, CodecSpace>> {
+        self.read(|tx| tx.codec_usage())
     }
 
     /// Every non-inline record pointing into `segment`, ordered by (offset, ino, index): what

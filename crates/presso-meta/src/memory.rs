@@ -14,7 +14,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::{Bound, Range};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use crate::engine::{Dentry, InodeRow, MetaEngine, RecordLocation, RecordRef, SegmentUsage, Txn};
+use crate::engine::{
+    CodecSpace, Dentry, InodeRow, MetaEngine, RecordLocation, RecordRef, SegmentUsage, Txn,
+};
 use crate::error::{MetaError, Result};
 
 #[derive(Debug, Default)]
@@ -346,6 +348,17 @@ impl Txn for MemTxn<'_> {
         for r in self.st().records.values().filter(|r| r.in_segment()) {
             let u = out.entry(r.segment).or_default();
             u.records += 1;
+            u.stored_bytes += u64::from(r.stored_len);
+        }
+        Ok(out)
+    }
+
+    fn codec_usage(&mut self) -> Result<BTreeMap<u8, CodecSpace>> {
+        let mut out: BTreeMap<u8, CodecSpace> = BTreeMap::new();
+        for r in self.st().records.values() {
+            let u = out.entry(r.codec).or_default();
+            u.records += 1;
+            u.logical_bytes += u64::from(r.logical_len);
             u.stored_bytes += u64::from(r.stored_len);
         }
         Ok(out)

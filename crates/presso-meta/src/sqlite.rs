@@ -25,7 +25,8 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
 use crate::engine::{
-    Dentry, FileKind, InodeRow, MetaEngine, RecordLocation, RecordRef, SegmentUsage, Timespec, Txn,
+    CodecSpace, Dentry, FileKind, InodeRow, MetaEngine, RecordLocation, RecordRef, SegmentUsage,
+    Timespec, Txn,
 };
 use crate::error::{MetaError, Result};
 
@@ -455,6 +456,9 @@ fn row_to_record(r: &rusqlite::Row<'_>, base: usize) -> rusqlite::Result<RecordR
 const SEGMENT_USAGE_SQL: &str = "SELECT segment, COUNT(*), SUM(stored_len) FROM records
     WHERE inline_data IS NULL GROUP BY segment";
 
+const CODEC_USAGE_SQL: &str =
+    "SELECT codec, COUNT(*), SUM(logical_len), SUM(stored_len) FROM records GROUP BY codec";
+
 const LIST_ORPHANS_SQL: &str = "SELECT ino FROM inodes WHERE nlink = 0 ORDER BY ino";
 
 fn records_in_segment_sql() -> String {
@@ -756,6 +760,24 @@ impl Txn for SqliteTxn<'_> {
                     SegmentUsage {
                         records: r.get::<_, i64>(1)? as u64,
                         stored_bytes: r.get::<_, i64>(2)? as u64,
+                    },
+                ))
+            })
+            .map_err(eng)?;
+        rows.collect::<rusqlite::Result<BTreeMap<_, _>>>()
+            .map_err(eng)
+    }
+
+    fn codec_usage(&mut self) -> Result<BTreeMap<u8, CodecSpace>> {
+        let mut st = self.c()?.prepare_cached(CODEC_USAGE_SQL).map_err(eng)?;
+        let rows = st
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, u8>(0)?,
+                    CodecSpace {
+                        records: r.get::<_, i64>(1)? as u64,
+                        logical_bytes: r.get::<_, i64>(2)? as u64,
+                        stored_bytes: r.get::<_, i64>(3)? as u64,
                     },
                 ))
             })

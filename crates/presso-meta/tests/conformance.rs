@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use presso_meta::memory::MemoryEngine;
 use presso_meta::sqlite::SqliteEngine;
 use presso_meta::{
-    EffectiveProp, FileKind, LinkFate, MetaEngine, MetaError, MetaStore, RecordLocation, RecordRef,
-    SegmentUsage, SetAttr, SpaceUsage, SqliteOptions, Synchronous, Timespec, TxgOp, TxgOutcome,
-    XattrFlags, POOL_INO, ROOT_INO,
+    CodecSpace, EffectiveProp, FileKind, LinkFate, MetaEngine, MetaError, MetaStore,
+    RecordLocation, RecordRef, SegmentUsage, SetAttr, SpaceUsage, SqliteOptions, Synchronous,
+    Timespec, TxgOp, TxgOutcome, XattrFlags, POOL_INO, ROOT_INO,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -95,6 +95,7 @@ conformance!(
     orphans,
     rename_basic,
     rename_replace,
+    rename_noreplace_refuses_an_existing_target,
     rename_loop,
     readdir_pagination,
     setattr_rules,
@@ -107,6 +108,7 @@ conformance!(
     txg_rejects_malformed_batches_whole,
     txg_move_record_compare_and_swap,
     segment_usage_and_records_in_segment,
+    codec_usage_counts_every_live_record,
     scan_records_paginates,
     purge_orphans_removes_every_orphan,
     readers_run_while_a_writer_commits,
@@ -167,6 +169,14 @@ fn space(logical: u64, stored: u64, garbage: u64) -> SpaceUsage {
 fn usage(records: u64, stored_bytes: u64) -> SegmentUsage {
     SegmentUsage {
         records,
+        stored_bytes,
+    }
+}
+
+fn codec_space(records: u64, logical_bytes: u64, stored_bytes: u64) -> CodecSpace {
+    CodecSpace {
+        records,
+        logical_bytes,
         stored_bytes,
     }
 }
@@ -481,6 +491,38 @@ fn orphans(s: &MetaStore) {
     assert_eq!(nlink(s, h), 0);
     assert_eq!(s.lookup(ROOT_INO, b"h").unwrap().ino, g);
     assert!(s.forget(h).unwrap());
+}
+
+fn rename_noreplace_refuses_an_existing_target(s: &MetaStore) {
+    let a = mkdir(s, ROOT_INO, "a");
+    let f = file(s, a, "f");
+    let g = file(s, a, "g");
+    let d = mkdir(s, ROOT_INO, "d");
+    assert_eq!(s.rename_noreplace(a, b"f", a, b"g"), Err(MetaError::Exists));
+    assert_eq!(
+        s.rename_noreplace(a, b"f", ROOT_INO, b"d"),
+        Err(MetaError::Exists)
+    );
+    assert_eq!(s.rename_noreplace(a, b"f", a, b"f"), Err(MetaError::Exists));
+    assert_eq!(
+        (
+            s.lookup(a, b"f").unwrap().ino,
+            s.lookup(a, b"g").unwrap().ino
+        ),
+        (f, g),
+        "a refused rename changes nothing"
+    );
+    assert_eq!(
+        s.rename_noreplace(a, b"zz", a, b"y"),
+        Err(MetaError::NotFound)
+    );
+    // a free target: an ordinary rename, across directories too
+    s.rename_noreplace(a, b"f", d, b"f").unwrap();
+    assert_eq!(names(s, a), ["g"]);
+    assert_eq!(s.lookup(d, b"f").unwrap().ino, f);
+    s.rename_noreplace(ROOT_INO, b"d", a, b"d").unwrap();
+    assert_eq!(s.dir_parent(d).unwrap(), a);
+    assert_eq!((nlink(s, ROOT_INO), nlink(s, a)), (3, 3));
 }
 
 fn rename_basic(s: &MetaStore) {
@@ -1443,6 +1485,44 @@ fn txg_move_record_compare_and_swap(s: &MetaStore) {
     );
 }
 
+fn codec_usage_counts_every_live_record(s: &MetaStore) {
+    assert!(s.codec_usage().unwrap().is_empty());
+    let f = file(s, ROOT_INO, "f");
+    let g = file(s, ROOT_INO, "g");
+    let with_codec = |codec: u8, rec: RecordRef| RecordRef { codec, ..rec };
+    s.set_record(f, 0, &rec_at(7, 0, 30, 100)).unwrap();
+    s.set_record(f, 1, &with_codec(4, rec_at(7, 30, 20, 100)))
+        .unwrap();
+    s.set_record(f, 2, &inline_rec(b"zz", 10)).unwrap();
+    s.set_record(g, 0, &rec_at(8, 0, u32::MAX, u32::MAX))
+        .unwrap();
+    assert_eq!(
+        s.codec_usage().unwrap(),
+        BTreeMap::from([
+            (0, codec_space(1, 10, 2)),
+            (
+                3,
+                codec_space(2, 100 + u64::from(u32::MAX), 30 + u64::from(u32::MAX))
+            ),
+            (4, codec_space(1, 100, 20)),
+        ])
+    );
+    // an overwrite changes the codec's figures; truncating and unlinking remove them
+    s.set_record(f, 0, &with_codec(4, rec_at(8, 9, 10, 100)))
+        .unwrap();
+    s.truncate_records(f, 2).unwrap();
+    assert_eq!(
+        s.codec_usage().unwrap(),
+        BTreeMap::from([
+            (3, codec_space(1, u64::from(u32::MAX), u64::from(u32::MAX))),
+            (4, codec_space(2, 200, 30)),
+        ])
+    );
+    s.unlink(ROOT_INO, b"g", &closed).unwrap();
+    s.unlink(ROOT_INO, b"f", &closed).unwrap();
+    assert!(s.codec_usage().unwrap().is_empty());
+}
+
 fn segment_usage_and_records_in_segment(s: &MetaStore) {
     assert!(s.segment_usage().unwrap().is_empty());
     let f = file(s, ROOT_INO, "f");
@@ -2264,7 +2344,11 @@ mod txg_model {
                 }
             } else {
                 self.handed += u64::from(f.stored);
-                rec_at(f.segment, offset, f.stored, f.logical)
+                // several codecs, so per-codec accounting is exercised
+                RecordRef {
+                    codec: 2 + (f.segment % 3) as u8,
+                    ..rec_at(f.segment, offset, f.stored, f.logical)
+                }
             }
         }
 
@@ -2499,6 +2583,14 @@ mod txg_model {
             let a = s.getattr(ino).unwrap();
             prop_assert_eq!((a.size, a.mtime), (size, mtime));
         }
+        let mut by_codec: BTreeMap<u8, CodecSpace> = BTreeMap::new();
+        for r in m.records.values() {
+            let u = by_codec.entry(r.codec).or_default();
+            u.records += 1;
+            u.logical_bytes += u64::from(r.logical_len);
+            u.stored_bytes += u64::from(r.stored_len);
+        }
+        prop_assert_eq!(s.codec_usage().unwrap(), by_codec);
         Ok(())
     }
 

@@ -16,11 +16,12 @@ use super::{request, target};
   presso status /srv/pool --json | jq .ratio
 
 JSON fields include logical_bytes, stored_bytes, garbage_bytes, disk_bytes, ratio, codecs[]
-(per codec: records, logical_bytes, stored_bytes, ratio), records_offloaded, records_software,
+(per codec, over the whole pool: records, logical_bytes, stored_bytes, ratio), records_offloaded,
+records_software,
 fallback_busy, fallback_failure, fallback_unavailable, holes, stored_raw, precheck_skips,
 inline_records, corruptions, txgs, throughput{written_bytes, read_bytes, write_bytes_per_sec,
-read_bytes_per_sec}, and the engine's full counters under engine. Counters other than the
-space figures count since the pool was mounted (or opened).")]
+read_bytes_per_sec}, and the engine's full counters under engine. The space figures and codecs[]
+cover the whole pool; the other counters count since the pool was mounted (or opened).")]
 pub struct StatusArgs {
     /// A pool directory or a mount point.
     pub path: PathBuf,
