@@ -131,7 +131,6 @@ struct Appender {
     tail_dirty: bool,
     /// Set after a failed sync; see [`StoreError::Failed`].
     failed: Option<String>,
-    buf: Vec<u8>,
 }
 
 /// An open pool: appends, syncs and reads entries.
@@ -265,7 +264,6 @@ impl Store {
                 dirty: false,
                 tail_dirty: false,
                 failed: None,
-                buf: Vec::new(),
             }),
             sync_lock: Mutex::new(()),
             durable: Mutex::new(durable),
@@ -315,12 +313,15 @@ impl Store {
         }
         let seg = a.current.clone();
         let offset = seg.end.load(Ordering::Relaxed);
-        let mut buf = std::mem::take(&mut a.buf);
-        buf.clear();
-        buf.extend_from_slice(&encode_entry_header(payload));
-        buf.extend_from_slice(payload);
-        let written = seg.storage.write_at(&buf, offset);
-        a.buf = buf;
+        // Two writes instead of copying the payload behind its header: a crash or an error
+        // between them leaves a torn entry, which is the same case as a short single write.
+        let written = seg
+            .storage
+            .write_at(&encode_entry_header(payload), offset)
+            .and_then(|()| {
+                seg.storage
+                    .write_at(payload, offset + ENTRY_HEADER_LEN as u64)
+            });
         match written {
             Ok(()) => {
                 seg.end.store(offset + entry_len, Ordering::Release);
