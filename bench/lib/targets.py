@@ -224,6 +224,8 @@ class ZfsFuse(Target):
         self.sh(["zfs", "destroy", snap], record=False, timeout=600)
 
     def make_dir(self, name):
+        # A dataset of the same name left by an earlier repetition would refuse the create.
+        self.remove_dir(name)
         self.sh(["zfs", "create", f"{self.pool}/{name}"], record=False)
         p = os.path.join(self.mnt, name)
         for _ in range(50):
@@ -232,8 +234,20 @@ class ZfsFuse(Target):
             time.sleep(0.2)
         raise TargetError(f"dataset {self.pool}/{name} did not mount")
 
-    def remove_dir(self, name):
-        self.sh(["zfs", "destroy", "-r", f"{self.pool}/{name}"], record=False, check=False, timeout=300)
+    def remove_dir(self, name, attempts=20):
+        # Right after an export/import or a workload's last close, zfs-fuse may still call the
+        # dataset busy; it lets go within a second or two, so retry before giving up loudly (a
+        # dataset left behind makes the next repetition's create fail).
+        ds = f"{self.pool}/{name}"
+        for attempt in range(attempts):
+            if self.sh(["zfs", "list", "-H", "-o", "name", ds], record=False, check=False).returncode != 0:
+                return
+            r = self.sh(["zfs", "destroy", "-r", ds], record=False, check=False, timeout=300)
+            if r.returncode == 0:
+                return
+            if attempt + 1 < attempts:
+                time.sleep(0.5)
+        raise TargetError(f"cannot destroy {ds}: {r.stderr.strip()}")
 
     def usage_end(self, path, token):
         ds = f"{self.pool}/{os.path.relpath(path, self.mnt)}"
