@@ -816,6 +816,56 @@ fn a_full_disk_gives_enospc_and_the_pool_recovers() {
     drop(disk);
 }
 
+#[test]
+fn overwrites_on_a_small_disk_reclaim_their_space_automatically() {
+    require_root("it makes and loop-mounts an ext4 image");
+    require_tool("mkfs.ext4", "e2fsprogs");
+    require_tool("losetup", "mount");
+    let scratch = scratch_dir("reclaim");
+    let disk = LoopMount::new(
+        scratch.path().join("disk.img"),
+        scratch.path().join("disk"),
+        256,
+    );
+    let mut f = Fixture::create_in(
+        disk.dir.join("pool"),
+        scratch.path().join("mnt"),
+        None,
+        &["compression=off"],
+    );
+    f.mount(&[]);
+    // Eight generations of a 40 MiB file overwritten in place: 320 MiB through a 256 MB disk
+    // that also keeps 64 MiB free. Only collecting the old generations makes room.
+    let path = f.p("table.db");
+    let mut last = Vec::new();
+    for generation in 0..8u64 {
+        let data = random_bytes(700 + generation, 40 << 20);
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .unwrap();
+        if let Err(e) = file.write_all(&data).and_then(|()| file.sync_all()) {
+            let df = tool("df", &[&"-B1", &disk.dir]).stdout;
+            panic!("generation {generation}: {e}\n{df}\n{}", f.status());
+        }
+        drop(file);
+        last = data;
+    }
+    let log = std::fs::read_to_string(f.pool.join("presso.log")).unwrap();
+    assert!(
+        log.contains("presso: reclaimed"),
+        "no automatic collection:\n{log}"
+    );
+    f.remount(&[]);
+    assert_file_eq(&path, &last);
+    f.presso_on_mount(&["scrub"]).ok();
+    f.unmount();
+    drop(f);
+    drop(disk);
+}
+
 // ---- 10. permissions for another user
 
 /// Runs `program args` as nobody; returns (success, stderr).

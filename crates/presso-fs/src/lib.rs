@@ -6,7 +6,8 @@
 //! - [`vfs`]: open files, record assembly, asynchronous compression, caches, readahead.
 //! - [`fuse`]: the `fuser` adapter; errno mapping happens only there ([`FsError::errno`]).
 //! - [`daemon`]: serving a mount until unmount or a signal; [`control`]: its socket.
-//! - [`maintenance`]: garbage collection and scrub; [`status`]: what `presso status` shows.
+//! - [`maintenance`]: garbage collection and scrub; [`reclaim`]: collecting automatically while
+//!   mounted; [`status`]: what `presso status` shows.
 //! - [`props`]: the property table; [`units`]: sizes.
 //!
 //! The store and metadata crates do not know each other; this crate is where they meet, which is
@@ -20,6 +21,7 @@ pub mod fuse;
 pub mod maintenance;
 pub mod pool;
 pub mod props;
+pub mod reclaim;
 pub mod status;
 pub mod units;
 pub mod vfs;

@@ -39,6 +39,7 @@ pub struct GcReport {
 /// each copy is committed as a compare-and-swap that loses to any concurrent overwrite, and
 /// readers that meet a removed segment look the record up again.
 pub fn gc(pool: &Pool, min_live: f64, progress: &mut dyn FnMut(Progress)) -> Result<GcReport> {
+    let _one_at_a_time = pool.maintenance_lock();
     pool.refresh_live()?;
     let mut report = GcReport::default();
     let all = pool.store().all_segment_stats();

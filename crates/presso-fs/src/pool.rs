@@ -121,6 +121,7 @@ pub struct Pool {
     before_commit: OnceLock<PrepareHook>,
     counters: PoolCounters,
     opened: Instant,
+    maintenance: Mutex<()>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -223,6 +224,7 @@ impl Pool {
             before_commit: OnceLock::new(),
             counters: PoolCounters::default(),
             opened: Instant::now(),
+            maintenance: Mutex::new(()),
         });
         let weak = Arc::downgrade(&pool);
         let handle = std::thread::Builder::new()
@@ -403,6 +405,12 @@ impl Pool {
     pub fn refresh_live(&self) -> Result<()> {
         self.commit(true)?;
         refresh_live(&self.store, &self.meta)
+    }
+
+    /// Held by garbage collection while it runs, so an automatic pass and `presso gc` never
+    /// collect the same segments at once.
+    pub fn maintenance_lock(&self) -> parking_lot::MutexGuard<'_, ()> {
+        self.maintenance.lock()
     }
 
     /// Counts a frame that will never be referenced (stale or refused) as dead space.

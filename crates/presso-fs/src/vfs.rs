@@ -40,6 +40,7 @@ use crate::cache::{CacheStats, RecordCache};
 use crate::error::{FsError, Result};
 use crate::pool::{OpTag, Pool};
 use crate::props;
+use crate::reclaim::{ReclaimPolicy, Reclaimer};
 
 /// Settings of the file layer.
 #[derive(Debug, Clone)]
@@ -55,8 +56,11 @@ pub struct VfsConfig {
     pub readahead: usize,
     /// A partly written record untouched this long is compressed and committed anyway.
     pub flush_after: Duration,
-    /// Writes fail with ENOSPC while the host file system has less free space than this.
+    /// Writes fail with ENOSPC while the host file system has less free space than this (after
+    /// an automatic garbage collection pass, if there is garbage).
     pub min_free: u64,
+    /// Automatic garbage collection while mounted; `None` leaves it to `presso gc`.
+    pub reclaim: Option<ReclaimPolicy>,
 }
 
 impl Default for VfsConfig {
@@ -67,6 +71,7 @@ impl Default for VfsConfig {
             readahead: 16,
             flush_after: Duration::from_secs(2),
             min_free: 64 << 20,
+            reclaim: Some(ReclaimPolicy::default()),
         }
     }
 }
@@ -158,6 +163,7 @@ pub struct Vfs {
     traffic: Traffic,
     samples: Mutex<Vec<(Instant, u64, u64)>>,
     stopping: AtomicBool,
+    reclaimer: Option<Arc<Reclaimer>>,
 }
 
 impl Vfs {
@@ -165,6 +171,9 @@ impl Vfs {
     /// flusher threads.
     pub fn new(pool: Arc<Pool>, config: VfsConfig) -> Arc<Vfs> {
         let (tx, rx) = bounded::<(u64, u64, RecordRef)>(256);
+        let reclaimer = config
+            .reclaim
+            .map(|policy| Reclaimer::start(pool.clone(), policy));
         let vfs = Arc::new(Vfs {
             cache: Arc::new(RecordCache::new(config.cache_bytes)),
             budget: Arc::new(Budget {
@@ -183,6 +192,7 @@ impl Vfs {
             traffic: Traffic::default(),
             samples: Mutex::new(Vec::new()),
             stopping: AtomicBool::new(false),
+            reclaimer,
         });
         let workers = pool.options().workers.max(1);
         for i in 0..workers {
@@ -613,7 +623,10 @@ impl Vfs {
         // deletes or for GC to free space again.
         self.check_space();
         if self.low_space.load(Ordering::Relaxed) {
-            return Err(FsError::NoSpace);
+            self.reclaim_for_room();
+            if self.low_space.load(Ordering::Relaxed) {
+                return Err(FsError::NoSpace);
+            }
         }
         let end = offset
             .checked_add(data.len() as u64)
@@ -1148,6 +1161,32 @@ impl Vfs {
         }
     }
 
+    /// Short of room: while the pool holds garbage, collects it now (the writer waits) and
+    /// checks the free space again. A few passes at most: a segment keeps its space when a record
+    /// committed into it during a pass, and the next pass moves that record too.
+    fn reclaim_for_room(&self) {
+        let Some(reclaimer) = &self.reclaimer else {
+            return;
+        };
+        for _ in 0..3 {
+            let garbage: u64 = self
+                .pool
+                .store()
+                .all_segment_stats()
+                .iter()
+                .map(|s| s.dead_bytes)
+                .sum();
+            if garbage == 0 {
+                return;
+            }
+            reclaimer.reclaim_now();
+            self.check_space();
+            if !self.low_space.load(Ordering::Relaxed) {
+                return;
+            }
+        }
+    }
+
     /// Space is low when the host file system's free space, less the record buffers not yet
     /// stored (counted uncompressed), is under `min_free`.
     fn check_space(&self) {
@@ -1163,6 +1202,9 @@ impl Vfs {
     /// Flushes everything, commits it durably and stops background work.
     pub fn shutdown(&self) -> Result<()> {
         self.stopping.store(true, Ordering::SeqCst);
+        if let Some(reclaimer) = &self.reclaimer {
+            reclaimer.stop();
+        }
         let result = self.sync_all();
         self.pool.close().and(result)
     }
@@ -1331,4 +1373,13 @@ pub fn host_space(path: &Path) -> Option<(u64, u64)> {
     }
     let frsize = s.f_frsize as u64;
     Some((s.f_blocks as u64 * frsize, s.f_bavail as u64 * frsize))
+}
+
+impl Drop for Vfs {
+    fn drop(&mut self) {
+        // The collector holds the pool, not the file layer: joining it here cannot wait on us.
+        if let Some(reclaimer) = &self.reclaimer {
+            reclaimer.stop();
+        }
+    }
 }

@@ -1,0 +1,147 @@
+//! Automatic space reclaim for a mounted pool. Segments are append-only, so overwritten and
+//! deleted records stay on disk as garbage until garbage collection rewrites or removes their
+//! segments. Without this a workload that overwrites its files (a database, fio, a build) fills
+//! the host file system while the pool holds little live data.
+//!
+//! A background thread collects when garbage is both large and a large share of the segments,
+//! and the write path asks for a pass at once, and waits for it, before it answers ENOSPC.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::maintenance;
+use crate::pool::Pool;
+
+/// When the background thread collects.
+#[derive(Debug, Clone, Copy)]
+pub struct ReclaimPolicy {
+    /// Collect only once garbage reaches this many bytes...
+    pub min_garbage: u64,
+    /// ...and this share of all segment bytes.
+    pub garbage_share: f64,
+    /// Segments with a smaller live share are rewritten (as `presso gc --min-live`).
+    pub min_live: f64,
+    /// How often the background thread looks.
+    pub interval: Duration,
+}
+
+impl Default for ReclaimPolicy {
+    fn default() -> Self {
+        ReclaimPolicy {
+            min_garbage: 256 << 20,
+            garbage_share: 0.25,
+            min_live: 0.5,
+            interval: Duration::from_secs(5),
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// A pass was asked for and has not started yet.
+    requested: bool,
+    /// A pass is running.
+    running: bool,
+    /// Passes finished so far.
+    finished: u64,
+    stopping: bool,
+}
+
+/// The background collector of one mounted pool.
+pub struct Reclaimer {
+    state: Mutex<State>,
+    wake: Condvar,
+    done: Condvar,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Reclaimer {
+    /// Starts the collector thread for `pool`.
+    pub fn start(pool: Arc<Pool>, policy: ReclaimPolicy) -> Arc<Reclaimer> {
+        let r = Arc::new(Reclaimer {
+            state: Mutex::new(State::default()),
+            wake: Condvar::new(),
+            done: Condvar::new(),
+            thread: Mutex::new(None),
+        });
+        let me = r.clone();
+        let handle = std::thread::Builder::new()
+            .name("presso-reclaim".into())
+            .spawn(move || me.run(&pool, policy))
+            .ok();
+        *r.thread.lock() = handle;
+        r
+    }
+
+    /// Runs a collection pass now and returns when a pass that started after this call has
+    /// finished (at once if the collector is stopping).
+    pub fn reclaim_now(&self) {
+        let mut st = self.state.lock();
+        if st.stopping {
+            return;
+        }
+        // A pass already running may have looked at the segments before the caller's garbage
+        // existed: then wait for the next one, which starts after this point.
+        let target = st.finished + 1 + u64::from(st.running);
+        st.requested = true;
+        self.wake.notify_all();
+        while st.finished < target && !st.stopping {
+            self.done.wait(&mut st);
+        }
+    }
+
+    /// Stops the collector and waits for a running pass to end.
+    pub fn stop(&self) {
+        {
+            let mut st = self.state.lock();
+            st.stopping = true;
+            self.wake.notify_all();
+            self.done.notify_all();
+        }
+        if let Some(handle) = self.thread.lock().take() {
+            let _ = handle.join();
+        }
+    }
+
+    fn run(&self, pool: &Pool, policy: ReclaimPolicy) {
+        loop {
+            let asked = {
+                let mut st = self.state.lock();
+                if !st.requested && !st.stopping {
+                    // A periodic look, not synchronisation: a request wakes the thread at once.
+                    self.wake.wait_for(&mut st, policy.interval);
+                }
+                if st.stopping {
+                    return;
+                }
+                st.running = true;
+                std::mem::take(&mut st.requested)
+            };
+            if asked || worth_collecting(pool, &policy) {
+                match maintenance::gc(pool, policy.min_live, &mut |_| {}) {
+                    Ok(r) if r.segments_collected > 0 => eprintln!(
+                        "presso: reclaimed {} bytes from {} segments ({} records moved)",
+                        r.bytes_removed, r.segments_collected, r.records_moved
+                    ),
+                    Ok(_) => {}
+                    Err(e) => eprintln!("presso: automatic garbage collection failed: {e}"),
+                }
+            }
+            let mut st = self.state.lock();
+            st.running = false;
+            st.finished += 1;
+            self.done.notify_all();
+        }
+    }
+}
+
+/// Whether garbage is large enough, in bytes and as a share of the segments, to collect.
+pub fn worth_collecting(pool: &Pool, policy: &ReclaimPolicy) -> bool {
+    let segments = pool.store().all_segment_stats();
+    let total: u64 = segments.iter().map(|s| s.total_bytes).sum();
+    let garbage: u64 = segments.iter().map(|s| s.dead_bytes).sum();
+    garbage >= policy.min_garbage && garbage as f64 >= policy.garbage_share * total as f64
+}
