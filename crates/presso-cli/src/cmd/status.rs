@@ -72,7 +72,7 @@ pub fn render(s: &Status) -> String {
     let _ = writeln!(out, "stored      {}", human(s.stored_bytes));
     let _ = writeln!(
         out,
-        "garbage     {}  (reclaim with `presso gc`)",
+        "garbage     {}  (collected automatically while mounted, or now with `presso gc`)",
         human(s.garbage_bytes)
     );
     let _ = writeln!(out, "on disk     {}", human(s.disk_bytes));
