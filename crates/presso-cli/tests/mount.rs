@@ -726,24 +726,35 @@ impl Drop for LoopMount {
     }
 }
 
-#[test]
-fn a_full_disk_gives_enospc_and_the_pool_recovers() {
+/// A pool with property `prop` on a fresh `megabytes` MB ext4 image, mounted. Drop the fixture,
+/// then the disk, then the scratch directory.
+fn pool_on_small_disk(
+    name: &str,
+    megabytes: u64,
+    prop: &str,
+) -> (tempfile::TempDir, LoopMount, Fixture) {
     require_root("it makes and loop-mounts an ext4 image");
     require_tool("mkfs.ext4", "e2fsprogs");
     require_tool("losetup", "mount");
-    let scratch = scratch_dir("enospc");
+    let scratch = scratch_dir(name);
     let disk = LoopMount::new(
         scratch.path().join("disk.img"),
         scratch.path().join("disk"),
-        96,
+        megabytes,
     );
     let mut f = Fixture::create_in(
         disk.dir.join("pool"),
         scratch.path().join("mnt"),
         None,
-        &["compression=lz4"],
+        &[prop],
     );
     f.mount(&[]);
+    (scratch, disk, f)
+}
+
+#[test]
+fn a_full_disk_gives_enospc_and_the_pool_recovers() {
+    let (_scratch, disk, mut f) = pool_on_small_disk("enospc", 96, "compression=lz4");
 
     // Incompressible files until the disk is full.
     let contents = |i: u64| random_bytes(900 + i, (1 << 20) + 4099 * i as usize);
@@ -818,22 +829,7 @@ fn a_full_disk_gives_enospc_and_the_pool_recovers() {
 
 #[test]
 fn overwrites_on_a_small_disk_reclaim_their_space_automatically() {
-    require_root("it makes and loop-mounts an ext4 image");
-    require_tool("mkfs.ext4", "e2fsprogs");
-    require_tool("losetup", "mount");
-    let scratch = scratch_dir("reclaim");
-    let disk = LoopMount::new(
-        scratch.path().join("disk.img"),
-        scratch.path().join("disk"),
-        256,
-    );
-    let mut f = Fixture::create_in(
-        disk.dir.join("pool"),
-        scratch.path().join("mnt"),
-        None,
-        &["compression=off"],
-    );
-    f.mount(&[]);
+    let (_scratch, disk, mut f) = pool_on_small_disk("reclaim", 256, "compression=off");
     // Eight generations of a 40 MiB file overwritten in place: 320 MiB through a 256 MB disk
     // that also keeps 64 MiB free. Only collecting the old generations makes room.
     let path = f.p("table.db");
