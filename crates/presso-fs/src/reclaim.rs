@@ -68,11 +68,17 @@ impl Reclaimer {
             thread: Mutex::new(None),
         });
         let me = r.clone();
-        let handle = std::thread::Builder::new()
+        match std::thread::Builder::new()
             .name("presso-reclaim".into())
             .spawn(move || me.run(&pool, policy))
-            .ok();
-        *r.thread.lock() = handle;
+        {
+            Ok(handle) => *r.thread.lock() = Some(handle),
+            Err(e) => {
+                // No collector: callers must not wait for passes that never come.
+                eprintln!("presso: cannot start automatic garbage collection: {e}");
+                r.state.lock().stopping = true;
+            }
+        }
         r
     }
 
@@ -144,4 +150,79 @@ pub fn worth_collecting(pool: &Pool, policy: &ReclaimPolicy) -> bool {
     let total: u64 = segments.iter().map(|s| s.total_bytes).sum();
     let garbage: u64 = segments.iter().map(|s| s.dead_bytes).sum();
     garbage >= policy.min_garbage && garbage as f64 >= policy.garbage_share * total as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::PoolOptions;
+    use std::sync::mpsc;
+
+    fn empty_pool(name: &str) -> (std::path::PathBuf, Arc<Pool>) {
+        let dir =
+            std::env::temp_dir().join(format!("presso-reclaim-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        Pool::create(&dir, &[]).unwrap();
+        let (pool, _) = Pool::open(&dir, PoolOptions::default()).unwrap();
+        (dir, pool)
+    }
+
+    /// Runs `f` on another thread and fails if it has not returned within a minute.
+    fn returns(f: impl FnOnce() + Send + 'static) {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            f();
+            let _ = tx.send(());
+        });
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("the call did not return");
+    }
+
+    #[test]
+    fn reclaim_now_waits_for_a_pass_and_stop_releases_waiters() {
+        let (dir, pool) = empty_pool("now");
+        let policy = ReclaimPolicy {
+            interval: Duration::from_secs(3600),
+            ..ReclaimPolicy::default()
+        };
+        let r = Reclaimer::start(pool.clone(), policy);
+        for _ in 0..3 {
+            let r = r.clone();
+            returns(move || r.reclaim_now());
+        }
+        assert!(
+            r.state.lock().finished >= 3,
+            "each call waited for a pass of its own"
+        );
+        r.stop();
+        let r2 = r.clone();
+        returns(move || r2.reclaim_now());
+        pool.close().unwrap();
+        drop(pool);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn collection_needs_both_enough_bytes_and_a_large_share() {
+        let (dir, pool) = empty_pool("policy");
+        let eager = ReclaimPolicy {
+            min_garbage: 0,
+            garbage_share: 0.0,
+            ..ReclaimPolicy::default()
+        };
+        assert!(worth_collecting(&pool, &eager));
+        assert!(!worth_collecting(&pool, &ReclaimPolicy::default()));
+        let share_only = ReclaimPolicy {
+            min_garbage: 1,
+            garbage_share: 0.0,
+            ..ReclaimPolicy::default()
+        };
+        assert!(
+            !worth_collecting(&pool, &share_only),
+            "no garbage, nothing to do"
+        );
+        pool.close().unwrap();
+        drop(pool);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }
