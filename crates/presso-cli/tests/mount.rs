@@ -335,34 +335,39 @@ fn rsync_in_and_checksummed_rsync_out() {
 
 // ---- 5. concurrent writers
 
+/// Writes `data` to `file` as disjoint ranges of 1..`max_chunk` bytes, shuffled by `seed` and
+/// dealt round-robin to `threads` concurrent writers.
+fn write_in_shuffled_ranges(file: &File, data: &[u8], max_chunk: u64, seed: u64, threads: usize) {
+    let mut ranges = Vec::new();
+    let mut rng = Rng::new(seed);
+    let mut pos = 0;
+    while pos < data.len() {
+        let n = (rng.range(1, max_chunk) as usize).min(data.len() - pos);
+        ranges.push((pos, n));
+        pos += n;
+    }
+    rng.shuffle(&mut ranges);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let ranges = &ranges;
+            s.spawn(move || {
+                for &(off, n) in ranges.iter().skip(t).step_by(threads) {
+                    file.write_all_at(&data[off..off + n], off as u64).unwrap();
+                }
+            });
+        }
+    });
+}
+
 #[test]
 fn concurrent_writers_to_one_file_and_to_many_files() {
     let mut f = Fixture::new("concurrent");
     // One file, disjoint unaligned ranges written by 6 threads in random order.
     let size = (24 << 20) + 5_555;
     let expected = text_like(31, size);
-    let mut ranges = Vec::new();
-    let mut rng = Rng::new(32);
-    let mut pos = 0;
-    while pos < size {
-        let n = (rng.range(1, 400_000) as usize).min(size - pos);
-        ranges.push((pos, n));
-        pos += n;
-    }
-    rng.shuffle(&mut ranges);
     let shared = f.p("shared.dat");
     let file = File::create(&shared).unwrap();
-    std::thread::scope(|s| {
-        for t in 0..6 {
-            let (file, expected, ranges) = (&file, &expected, &ranges);
-            s.spawn(move || {
-                for &(off, n) in ranges.iter().skip(t).step_by(6) {
-                    file.write_all_at(&expected[off..off + n], off as u64)
-                        .unwrap();
-                }
-            });
-        }
-    });
+    write_in_shuffled_ranges(&file, &expected, 400_000, 32, 6);
     file.sync_all().unwrap();
     drop(file);
 
@@ -1686,15 +1691,6 @@ fn direct_io_writers_rewrites_and_renames_of_dirty_files() {
     // page cache merging them into pages.
     let size = (6 << 20) + 333;
     let expected = fastq_like(141, size);
-    let mut ranges = Vec::new();
-    let mut rng = Rng::new(142);
-    let mut pos = 0;
-    while pos < size {
-        let n = (rng.range(1, 90_000) as usize).min(size - pos);
-        ranges.push((pos, n));
-        pos += n;
-    }
-    rng.shuffle(&mut ranges);
     let path = f.p("direct.dat");
     let file = OpenOptions::new()
         .read(true)
@@ -1704,17 +1700,7 @@ fn direct_io_writers_rewrites_and_renames_of_dirty_files() {
         .custom_flags(libc::O_DIRECT)
         .open(&path)
         .unwrap();
-    std::thread::scope(|s| {
-        for t in 0..4 {
-            let (file, expected, ranges) = (&file, &expected, &ranges);
-            s.spawn(move || {
-                for &(off, n) in ranges.iter().skip(t).step_by(4) {
-                    file.write_all_at(&expected[off..off + n], off as u64)
-                        .unwrap();
-                }
-            });
-        }
-    });
+    write_in_shuffled_ranges(&file, &expected, 90_000, 142, 4);
     assert_file_eq(&path, &expected);
     file.sync_all().unwrap();
     drop(file);
