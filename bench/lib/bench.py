@@ -133,28 +133,18 @@ def machine_info(a, cfg):
         except (OSError, subprocess.TimeoutExpired):
             return "not installed"
 
-    cpu = "?"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = "?"
-    try:
-        for line in open("/proc/meminfo"):
-            if line.startswith("MemTotal"):
-                mem = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
-    except OSError:
-        pass
-    distro = "?"
-    try:
-        for line in open("/etc/os-release"):
-            if line.startswith("PRETTY_NAME="):
-                distro = line.split("=", 1)[1].strip().strip('"')
-    except OSError:
-        pass
+    def line_starting(path, prefix):
+        try:
+            return next((line for line in open(path) if line.startswith(prefix)), None)
+        except OSError:
+            return None
+
+    line = line_starting("/proc/cpuinfo", "model name")
+    cpu = line.split(":", 1)[1].strip() if line else "?"
+    line = line_starting("/proc/meminfo", "MemTotal")
+    mem = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB" if line else "?"
+    line = line_starting("/etc/os-release", "PRETTY_NAME=")
+    distro = line.split("=", 1)[1].strip().strip('"') if line else "?"
     pkgs = {}
     for pkg in ("fio", "zfs-fuse", "btrfs-progs", "btrfs-compsize", "e2fsprogs", "samtools", "biobambam2",
                 "python3-matplotlib"):

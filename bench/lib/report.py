@@ -204,6 +204,14 @@ def write_plots(out, summary, meta):
 
 
 # --- markdown -----------------------------------------------------------------------------------
+def _embed(L, plots, names):
+    """Appends an image line for each of NAMES that was plotted."""
+    for p in names:
+        if p in plots:
+            L.append("")
+            L.append(f"![{p}]({p})")
+
+
 def _metric_table(idx, names, fam, wl, phases, field, fmt):
     rows = []
     for n in names:
@@ -349,10 +357,7 @@ def report_md(summary, meta, plots):
         L.append("Block-size sweep, SeqR:SeqW = 1:1, MB/s (read + write):")
         L.append("")
         L.append(table(["target"] + cfg["fio_sweep"], _metric_table(idx, names, fam, "fio", sweep, "mbps", f1)))
-        for p in ("fio_throughput.png", "fio_cost_efficiency.png", "fio_sweep.png"):
-            if p in plots:
-                L.append("")
-                L.append(f"![{p}]({p})")
+        _embed(L, plots, ("fio_throughput.png", "fio_cost_efficiency.png", "fio_sweep.png"))
     if "files" in wls:
         L.append("")
         L.append("## Corpus files: copy in, cold read (the ZFS+QAT FASTQ test)")
@@ -374,10 +379,7 @@ def report_md(summary, meta, plots):
             rows.append(r)
         L.append(table(["target"] + [f"{f}: write / read MB/s / ratio" for f in workloads.FILES] +
                        ["write CPU", "write cost-eff.", "read CPU", "read cost-eff."], rows))
-        for p in ("files_throughput.png", "files_ratio.png", "files_cost_efficiency.png"):
-            if p in plots:
-                L.append("")
-                L.append(f"![{p}]({p})")
+        _embed(L, plots, ("files_throughput.png", "files_ratio.png", "files_cost_efficiency.png"))
     if "genomics" in wls:
         L.append("")
         L.append("## Genomics post-processing (Figures 9-10), seconds")
@@ -390,9 +392,7 @@ def report_md(summary, meta, plots):
                   pct(metrics.value(idx, n, "genomics", "total", "cpu_util")),
                   f1(metrics.value(idx, n, "genomics", "total", "cost_efficiency"), 2)]
         L.append(table(["target"] + ph + ["ratio", "CPU", "cost-eff."], rows))
-        if "genomics.png" in plots:
-            L.append("")
-            L.append("![genomics.png](genomics.png)")
+        _embed(L, plots, ("genomics.png",))
 
     fails = {}
     for s in summary:
