@@ -48,7 +48,7 @@ pub struct Status {
     pub logical_bytes: u64,
     /// Stored (frame) bytes of all live records.
     pub stored_bytes: u64,
-    /// Bytes in segments that no record references any more (reclaimed by `presso gc`).
+    /// Bytes in segments that no record references any more (reclaimed by garbage collection).
     pub garbage_bytes: u64,
     /// Bytes of segment files on the host file system.
     pub disk_bytes: u64,
@@ -94,8 +94,6 @@ impl Status {
     pub fn gather(pool: &Pool, vfs: Option<&Vfs>, mountpoint: Option<String>) -> Result<Status> {
         let space = pool.meta().space()?;
         let engine = pool.engine().stats();
-        let segments = pool.store().all_segment_stats();
-        let garbage: u64 = segments.iter().map(|s| s.dead_bytes).sum();
         let codecs = pool
             .meta()
             .codec_usage()?
@@ -130,7 +128,7 @@ impl Status {
             mountpoint,
             logical_bytes: space.logical,
             stored_bytes: space.stored,
-            garbage_bytes: garbage,
+            garbage_bytes: pool.store().dead_bytes(),
             disk_bytes: pool.store().disk_usage(),
             ratio: ratio(space.logical, space.stored),
             codecs,

@@ -1169,14 +1169,7 @@ impl Vfs {
             return;
         };
         for _ in 0..3 {
-            let garbage: u64 = self
-                .pool
-                .store()
-                .all_segment_stats()
-                .iter()
-                .map(|s| s.dead_bytes)
-                .sum();
-            if garbage == 0 {
+            if self.pool.store().dead_bytes() == 0 {
                 return;
             }
             reclaimer.reclaim_now();

@@ -485,6 +485,15 @@ impl Store {
         self.segments.read().values().map(|s| stats_of(s)).collect()
     }
 
+    /// Bytes of entries marked dead over all segments: what garbage collection can reclaim.
+    pub fn dead_bytes(&self) -> u64 {
+        self.segments
+            .read()
+            .values()
+            .map(|s| s.dead.load(Ordering::Relaxed))
+            .sum()
+    }
+
     /// The position the next append goes to (not yet durable).
     pub fn append_position(&self) -> Position {
         let a = self.appender.lock();

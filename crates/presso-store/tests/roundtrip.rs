@@ -151,9 +151,11 @@ fn space_accounting() {
     assert_eq!(stats.total_bytes, 100 + 300);
     store.mark_dead(a).unwrap();
     assert_eq!(store.segment_stats(seg).unwrap().dead_bytes, 100);
+    assert_eq!(store.dead_bytes(), 100);
     assert!((store.live_fraction(seg).unwrap() - 0.75).abs() < 1e-9);
     store.mark_dead(b).unwrap();
     assert_eq!(store.live_fraction(seg), Some(0.0));
+    assert_eq!(store.dead_bytes(), 400);
     assert!(store.mark_dead(Location { segment: 42, ..a }).is_err());
     assert_eq!(store.live_fraction(42), None);
 }
