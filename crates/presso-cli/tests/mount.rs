@@ -1228,6 +1228,99 @@ fn chmod_chown_and_utimens_show_in_stat() {
     assert_eq!(std::fs::read(&path).unwrap(), b"xmore");
 }
 
+/// File capabilities granting CAP_NET_RAW: a `vfs_cap_data` of revision 2 (magic and flags,
+/// then permitted and inheritable sets, low words first).
+const NET_RAW_CAPABILITY: [u8; 20] = [
+    0x01, 0, 0, 0x02, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+];
+
+fn mode_of(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().mode() & 0o7777
+}
+
+/// A file of `mode` created by root, with the file capability set when `capability`.
+fn privileged_file(path: &Path, mode: u32, capability: bool) {
+    std::fs::write(path, b"x").unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    if capability {
+        assert_eq!(
+            set_xattr(path, "security.capability", &NET_RAW_CAPABILITY, 0),
+            0
+        );
+    }
+    assert_eq!(mode_of(path), mode);
+}
+
+#[test]
+fn writes_truncates_and_chowns_drop_set_id_bits_and_capabilities() {
+    require_root("it acts as another user and sets file capabilities");
+    require_tool("setpriv", "util-linux");
+    let mut f = Fixture::unmounted("killpriv", &[]);
+    f.mount(&["allow_other"]);
+    let append = |path: &Path| {
+        let (ok, err) = as_nobody(
+            "sh",
+            &[Path::new("-c"), Path::new("echo y >> \"$0\""), path],
+        );
+        assert!(ok, "nobody cannot append to {}: {err}", path.display());
+    };
+
+    // Another user's write drops set-user-ID and set-group-ID (when group-executable) and the
+    // file's capabilities, as on a kernel file system.
+    let written = f.p("written");
+    privileged_file(&written, 0o6777, true);
+    append(&written);
+    assert_eq!(mode_of(&written), 0o777);
+    assert_eq!(
+        get_xattr(&written, "security.capability"),
+        Err(libc::ENODATA)
+    );
+    // Set-group-ID without group execute marks mandatory locking and stays.
+    let locking = f.p("locking");
+    privileged_file(&locking, 0o2766, false);
+    append(&locking);
+    assert_eq!(mode_of(&locking), 0o2766);
+    // Root keeps the bits on a write (CAP_FSETID).
+    let roots = f.p("roots");
+    privileged_file(&roots, 0o6777, false);
+    OpenOptions::new()
+        .append(true)
+        .open(&roots)
+        .unwrap()
+        .write_all(b"y")
+        .unwrap();
+    assert_eq!(mode_of(&roots), 0o6777);
+    // Another user's truncate drops them too...
+    let truncated = f.p("truncated");
+    privileged_file(&truncated, 0o6777, false);
+    let (ok, err) = as_nobody("truncate", &[Path::new("-s0"), &truncated]);
+    assert!(ok, "nobody cannot truncate: {err}");
+    assert_eq!(mode_of(&truncated), 0o777);
+    // ...and so does a chown, even by root.
+    let chowned = f.p("chowned");
+    privileged_file(&chowned, 0o6777, true);
+    std::os::unix::fs::chown(&chowned, Some(1234), None).unwrap();
+    assert_eq!(mode_of(&chowned), 0o777);
+    assert_eq!(
+        get_xattr(&chowned, "security.capability"),
+        Err(libc::ENODATA)
+    );
+
+    f.remount(&[]);
+    for (name, mode) in [
+        ("written", 0o777),
+        ("locking", 0o2766),
+        ("roots", 0o6777),
+        ("truncated", 0o777),
+        ("chowned", 0o777),
+    ] {
+        assert_eq!(mode_of(&f.p(name)), mode, "{name} after the remount");
+    }
+    assert_eq!(std::fs::read(&written).unwrap(), b"xy\n");
+    assert_eq!(std::fs::read(&roots).unwrap(), b"xy");
+    assert_eq!(std::fs::metadata(&truncated).unwrap().len(), 0);
+}
+
 fn set_xattr(path: &Path, name: &str, value: &[u8], flags: i32) -> i32 {
     let name = CString::new(name).unwrap();
     // SAFETY: valid path, name and value buffer.

@@ -24,6 +24,12 @@ use crate::error::FsError;
 use crate::vfs::Vfs;
 
 const TTL: Duration = Duration::from_secs(1);
+/// INIT flag of protocol 7.33 (the FUSE library here speaks 7.31, whose flag word already has
+/// room for it): the file system, not the kernel, drops privileges on write, truncate and chown.
+const FUSE_HANDLE_KILLPRIV_V2: u32 = 1 << 28;
+/// WRITE flag under [`FUSE_HANDLE_KILLPRIV_V2`]: the writer lacks CAP_FSETID, so the write must
+/// drop the file's privileges.
+const FUSE_WRITE_KILL_SUIDGID: u32 = 1 << 2;
 
 type Task = Box<dyn FnOnce() + Send>;
 
@@ -203,6 +209,10 @@ impl Filesystem for PressoFs {
         // reach the daemon.
         let _ = config.add_capabilities(fuser::consts::FUSE_WRITEBACK_CACHE);
         let _ = config.add_capabilities(fuser::consts::FUSE_PARALLEL_DIROPS);
+        // Suid, sgid and file capabilities are dropped here rather than by the kernel, which
+        // would otherwise ask for `security.capability` before every write(2): a round trip
+        // that queues behind the writeback the daemon is busy with.
+        let _ = config.add_capabilities(FUSE_HANDLE_KILLPRIV_V2);
         let _ = config.set_max_background(64);
         let _ = config.set_congestion_threshold(48);
         Ok(())
@@ -224,7 +234,7 @@ impl Filesystem for PressoFs {
 
     fn setattr(
         &mut self,
-        _req: &Request<'_>,
+        req: &Request<'_>,
         ino: u64,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -240,7 +250,7 @@ impl Filesystem for PressoFs {
         _flags: Option<u32>,
         reply: ReplyAttr,
     ) {
-        let set = SetAttr {
+        let mut set = SetAttr {
             mode,
             uid,
             gid,
@@ -248,6 +258,14 @@ impl Filesystem for PressoFs {
             atime: atime.map(time_or_now),
             mtime: mtime.map(time_or_now),
         };
+        // A chown drops privileges for everyone, a truncate for callers without CAP_FSETID
+        // (the library does not pass the kernel's FATTR_KILL_SUIDGID; root stands in for it).
+        let drop = uid.is_some() || gid.is_some() || (size.is_some() && req.uid() != 0);
+        if drop {
+            if let Err(e) = self.vfs.drop_privileges(ino, &mut set) {
+                return reply.error(errno(&e));
+            }
+        }
         attr(reply, self.vfs.setattr(ino, set))
     }
 
@@ -403,13 +421,18 @@ impl Filesystem for PressoFs {
         _fh: u64,
         offset: i64,
         data: &[u8],
-        _write_flags: u32,
+        write_flags: u32,
         _flags: i32,
         _lock_owner: Option<u64>,
         reply: ReplyWrite,
     ) {
         if offset < 0 {
             return reply.error(libc::EINVAL);
+        }
+        if write_flags & FUSE_WRITE_KILL_SUIDGID != 0 {
+            if let Err(e) = self.vfs.drop_privileges_now(ino) {
+                return reply.error(errno(&e));
+            }
         }
         match self.vfs.write(ino, offset as u64, data) {
             Ok(n) => reply.written(n as u32),
@@ -618,7 +641,7 @@ impl Filesystem for PressoFs {
 
     fn fallocate(
         &mut self,
-        _req: &Request<'_>,
+        req: &Request<'_>,
         ino: u64,
         _fh: u64,
         offset: i64,
@@ -628,6 +651,11 @@ impl Filesystem for PressoFs {
     ) {
         if offset < 0 || length <= 0 {
             return reply.error(libc::EINVAL);
+        }
+        if req.uid() != 0 {
+            if let Err(e) = self.vfs.drop_privileges_now(ino) {
+                return reply.error(errno(&e));
+            }
         }
         self.spawn(move |vfs| {
             empty(

@@ -148,6 +148,9 @@ struct Traffic {
     read: AtomicU64,
 }
 
+/// The extended attribute holding a file's capabilities.
+const FILE_CAPABILITY: &[u8] = b"security.capability";
+
 /// The file layer of a mounted pool.
 pub struct Vfs {
     pool: Arc<Pool>,
@@ -465,6 +468,40 @@ impl Vfs {
     /// Removes an extended attribute.
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<()> {
         Ok(self.pool.meta().remove_xattr(ino, name)?)
+    }
+
+    /// Folds into `set` what a write, truncate or chown by an unprivileged caller must clear on a
+    /// regular file: set-user-ID, set-group-ID when group-executable (without group execute it
+    /// marks mandatory locking and stays), and the file capability `security.capability`, which
+    /// goes at once. The mount negotiates FUSE_HANDLE_KILLPRIV_V2, so the kernel leaves this to
+    /// the file system instead of asking for `security.capability` before every write.
+    pub fn drop_privileges(&self, ino: u64, set: &mut SetAttr) -> Result<()> {
+        let attr = self.pool.meta().getattr(ino)?;
+        if attr.kind != FileKind::File {
+            return Ok(());
+        }
+        let mode = set.mode.unwrap_or(attr.mode);
+        let mut kept = mode & !libc::S_ISUID;
+        if mode & libc::S_IXGRP != 0 {
+            kept &= !libc::S_ISGID;
+        }
+        if kept != mode {
+            set.mode = Some(kept);
+        }
+        match self.pool.meta().remove_xattr(ino, FILE_CAPABILITY) {
+            Ok(()) | Err(MetaError::NoAttribute) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// [`Vfs::drop_privileges`] on its own, for a write or an fallocate.
+    pub fn drop_privileges_now(&self, ino: u64) -> Result<()> {
+        let mut set = SetAttr::default();
+        self.drop_privileges(ino, &mut set)?;
+        if set.mode.is_some() {
+            self.setattr(ino, set)?;
+        }
+        Ok(())
     }
 
     // ---- properties
