@@ -696,7 +696,7 @@ impl Vfs {
                     buf[within..within + n].copy_from_slice(&src[..n]);
                 }
                 if within + n == rs as usize {
-                    jobs.extend(self.take_dirty(&node, &mut st, |i| i == index));
+                    jobs.extend(self.take_records(&node, &mut st, vec![index]));
                 }
                 pos += n as u64;
                 src = &src[n..];
@@ -778,6 +778,18 @@ impl Vfs {
             .filter(|(i, s)| matches!(s, Slot::Dirty { .. }) && pick(**i))
             .map(|(i, _)| *i)
             .collect();
+        self.take_records(node, st, picked)
+    }
+
+    /// [`Vfs::take_dirty`] for the records `picked`; those not Dirty are skipped. A writer that
+    /// just filled a record names it here instead of scanning the whole overlay, which holds
+    /// every record written since the last commit.
+    fn take_records(
+        &self,
+        node: &FileNode,
+        st: &mut FileState,
+        picked: Vec<u64>,
+    ) -> Vec<(u64, u64, Bytes, CodecSpec, JobOptions)> {
         if picked.is_empty() {
             return Vec::new();
         }
@@ -787,19 +799,19 @@ impl Vfs {
         };
         let mut jobs = Vec::with_capacity(picked.len());
         for index in picked {
-            let Some(Slot::Dirty { buf, .. }) = st.overlay.remove(&index) else {
+            let Some(slot) = st.overlay.get_mut(&index) else {
                 continue;
             };
+            let Slot::Dirty { buf, .. } = slot else {
+                continue;
+            };
+            let data = Bytes::from(std::mem::take(buf));
             let generation = st.next_generation;
+            *slot = Slot::Compressing {
+                generation,
+                data: data.clone(),
+            };
             st.next_generation += 1;
-            let data = Bytes::from(buf);
-            st.overlay.insert(
-                index,
-                Slot::Compressing {
-                    generation,
-                    data: data.clone(),
-                },
-            );
             st.inflight += 1;
             jobs.push((index, generation, data, spec, options));
         }
