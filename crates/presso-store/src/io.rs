@@ -28,6 +28,12 @@ pub trait Storage: Send + Sync {
     }
     /// Fills `buf` from `offset`; a short file is an `UnexpectedEof` error.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Reads `len` bytes from `offset` into a new buffer, as [`Storage::read_at`] does.
+    fn read_vec_at(&self, len: usize, offset: u64) -> io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        self.read_at(&mut buf, offset)?;
+        Ok(buf)
+    }
     /// Writes all of `data` at `offset` (extending the file if needed). On error, any prefix of
     /// `data` may have been written.
     fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()>;
@@ -140,6 +146,42 @@ impl Storage for FsStorage {
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.file.read_exact_at(buf, offset)
+    }
+
+    // Every record read lands in a fresh buffer. Zeroing it first, as a safe `read_at` into a
+    // `vec![0; len]` must, costs a pass as long as the read itself.
+    fn read_vec_at(&self, len: usize, offset: u64) -> io::Result<Vec<u8>> {
+        let mut buf: Vec<u8> = Vec::with_capacity(len);
+        let mut done = 0;
+        while done < len {
+            let at = offset
+                .checked_add(done as u64)
+                .and_then(|at| libc::off_t::try_from(at).ok())
+                .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+            // SAFETY: the pointer and length describe allocated, unfilled capacity of `buf`
+            // past its first `done` bytes; pread writes at most that many bytes there.
+            let n = unsafe {
+                libc::pread(
+                    self.file.as_raw_fd(),
+                    buf.as_mut_ptr().add(done).cast(),
+                    len - done,
+                    at,
+                )
+            };
+            match n {
+                0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+                n if n > 0 => done += n as usize,
+                _ => {
+                    let e = io::Error::last_os_error();
+                    if e.kind() != io::ErrorKind::Interrupted {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        // SAFETY: pread filled all `len` bytes above.
+        unsafe { buf.set_len(len) };
+        Ok(buf)
     }
 
     fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {

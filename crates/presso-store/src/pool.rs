@@ -416,10 +416,10 @@ impl Store {
                 ),
             ));
         }
-        let mut payload = vec![0u8; loc.len as usize];
         let at = loc.offset + ENTRY_HEADER_LEN as u64;
-        seg.storage
-            .read_at(&mut payload, at)
+        let payload = seg
+            .storage
+            .read_vec_at(loc.len as usize, at)
             .map_err(|e| io_error(&seg.name, at, "read", e))?;
         if crc32fast::hash(&payload) != header.payload_crc {
             return Err(self.corrupt(loc, "payload CRC-32 mismatch".to_string()));

@@ -235,3 +235,25 @@ fn concurrent_readers_during_appends() {
 fn default_config() {
     assert_eq!(StoreConfig::default().segment_size, 256 << 20);
 }
+
+#[test]
+fn real_files_read_into_fresh_buffers_whole_or_not_at_all() {
+    let tmp = TempDir::new("readvec");
+    let file = tmp.dir().create("data").unwrap();
+    let data = payload(7, 300_000);
+    file.write_at(&data, 0).unwrap();
+    assert_eq!(file.read_vec_at(data.len(), 0).unwrap(), data);
+    assert_eq!(
+        file.read_vec_at(1000, 4096).unwrap(),
+        data[4096..5096].to_vec()
+    );
+    assert!(file.read_vec_at(0, 1 << 40).unwrap().is_empty());
+    for (len, offset) in [(1000, 299_500), (10, 300_000), (1, 1 << 40)] {
+        let err = file.read_vec_at(len, offset).unwrap_err();
+        assert_eq!(
+            err.kind(),
+            std::io::ErrorKind::UnexpectedEof,
+            "{len} bytes at {offset}"
+        );
+    }
+}
