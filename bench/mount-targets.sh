@@ -30,7 +30,8 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-size=$(( $(du -sb "$corpus" | cut -f1) * 3 + (1 << 30) ))
+# Whole MiB: a loop device with direct I/O ignores a partial last sector.
+size=$(( ($(du -sb "$corpus" | cut -f1) * 3 + (1 << 30)) >> 20 << 20 ))
 truncate -s "$size" "$img"
 mkfs.ext4 -q -F "$img"
 loopdev=$(losetup --direct-io=on --find --show "$img")
@@ -77,8 +78,10 @@ results=$work/results.tsv
 : > "$results"
 for file in text.tar reads.fq media.bin; do
   bytes=$(stat -c %s "$corpus/$file")
-  for target in ext4 off gzip-6 gzip-6-cpu; do
-    for r in $(seq "$repeats"); do
+  # Repetitions outermost, so that the targets alternate and drift on a shared machine hits
+  # them all alike.
+  for r in $(seq "$repeats"); do
+    for target in ext4 off gzip-6 gzip-6-cpu; do
       setup "$target"
       drop
       s=$(now); dd if="$corpus/$file" of="$work/mnt-$target/$file" bs=1M conv=fsync status=none; e=$(now)
