@@ -260,8 +260,8 @@ impl Filesystem for PressoFs {
         };
         // A chown drops privileges for everyone, a truncate for callers without CAP_FSETID
         // (the library does not pass the kernel's FATTR_KILL_SUIDGID; root stands in for it).
-        let drop = uid.is_some() || gid.is_some() || (size.is_some() && req.uid() != 0);
-        if drop {
+        let drops_privileges = uid.is_some() || gid.is_some() || (size.is_some() && req.uid() != 0);
+        if drops_privileges {
             if let Err(e) = self.vfs.drop_privileges(ino, &mut set) {
                 return reply.error(errno(&e));
             }
