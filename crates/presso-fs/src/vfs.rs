@@ -488,7 +488,13 @@ impl Vfs {
         if kept != mode {
             set.mode = Some(kept);
         }
-        match self.pool.meta().remove_xattr(ino, FILE_CAPABILITY) {
+        // Looked up before it is removed: the kernel flags every direct write of a caller
+        // without CAP_FSETID, and a removal is a write transaction even when nothing is there.
+        let meta = self.pool.meta();
+        match meta
+            .get_xattr(ino, FILE_CAPABILITY)
+            .and_then(|_| meta.remove_xattr(ino, FILE_CAPABILITY))
+        {
             Ok(()) | Err(MetaError::NoAttribute) => Ok(()),
             Err(e) => Err(e.into()),
         }
