@@ -5,6 +5,12 @@
 //! backwards, so an abandoned transaction leaves no trace (the same guarantee as a copy-on-write
 //! snapshot, at a cost proportional to the transaction instead of the whole state).
 //!
+//! For power-cut simulation, [`MemoryEngine::simulated`] also keeps the state as of the last
+//! durable commit: [`MemoryEngine::crash`] returns to it (what a database that was not synced
+//! keeps after a power cut), and handles from before the crash fail from then on, like the
+//! descriptors of a process that died. [`MemoryEngine::handle`] opens the same state again, as a
+//! restarted process reopens its database file.
+//!
 //! Two secondary indexes mirror what the SQLite engine keeps: non-inline records by
 //! (segment, offset) and the set of inodes with `nlink == 0`. Every change of an inode or record
 //! row, rollback included, goes through `State::set_inode` / `State::set_record`, which keep
@@ -12,14 +18,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::{Bound, Range};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::engine::{
     CodecSpace, Dentry, InodeRow, MetaEngine, RecordLocation, RecordRef, SegmentUsage, Txn,
 };
 use crate::error::{MetaError, Result};
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct State {
     inodes: BTreeMap<u64, InodeRow>,
     dentries: BTreeMap<(u64, Vec<u8>), Dentry>,
@@ -111,13 +118,72 @@ impl State {
 /// model the SQLite engine is checked against.
 #[derive(Debug, Default)]
 pub struct MemoryEngine {
-    state: RwLock<State>,
+    state: Arc<RwLock<State>>,
+    /// The power-cut simulation, if enabled.
+    sim: Option<Arc<Simulation>>,
+    /// The simulation's crash count when this handle was opened.
+    generation: u64,
+}
+
+/// What survives a simulated power cut.
+#[derive(Debug, Default)]
+struct Simulation {
+    /// The state as of the last durable commit.
+    durable: Mutex<State>,
+    /// Crashes so far; handles from an earlier generation are dead.
+    generation: AtomicU64,
 }
 
 impl MemoryEngine {
     /// An empty engine.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty engine that simulates power cuts: see [`MemoryEngine::crash`].
+    pub fn simulated() -> Self {
+        MemoryEngine {
+            sim: Some(Arc::new(Simulation::default())),
+            ..Self::default()
+        }
+    }
+
+    /// Another handle on the same state, as a restarted process reopens its database.
+    pub fn handle(&self) -> Self {
+        MemoryEngine {
+            state: self.state.clone(),
+            sim: self.sim.clone(),
+            generation: self
+                .sim
+                .as_ref()
+                .map_or(0, |s| s.generation.load(Ordering::SeqCst)),
+        }
+    }
+
+    /// Cuts the power: the state goes back to the last durable commit (or to empty, if none
+    /// was), and every handle opened before fails from now on. Only for an engine made with
+    /// [`MemoryEngine::simulated`]; `keep_latest` keeps every commit instead, as a database
+    /// whose last commits happened to reach the disk.
+    pub fn crash(&self, keep_latest: bool) {
+        let Some(sim) = &self.sim else { return };
+        let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+        sim.generation.fetch_add(1, Ordering::SeqCst);
+        let mut durable = sim.durable.lock().unwrap_or_else(|e| e.into_inner());
+        if keep_latest {
+            *durable = state.clone();
+        } else {
+            *state = durable.clone();
+        }
+    }
+
+    /// Fails once the simulated power was cut after this handle was opened.
+    fn check_alive(&self) -> Result<()> {
+        match &self.sim {
+            Some(sim) if sim.generation.load(Ordering::SeqCst) != self.generation => Err(
+                MetaError::Engine("the simulated power was cut: reopen the engine".into()),
+            ),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -127,26 +193,38 @@ fn poisoned<T>(_: T) -> MetaError {
 
 impl MetaEngine for MemoryEngine {
     fn read(&self) -> Result<Box<dyn Txn + '_>> {
+        self.check_alive()?;
         let guard = self.state.read().map_err(poisoned)?;
         Ok(Box::new(MemTxn {
             guard: Guard::Read(guard),
             undo: Vec::new(),
             committed: false,
+            durable: None,
         }))
     }
 
     fn write(&self) -> Result<Box<dyn Txn + '_>> {
+        self.check_alive()?;
         let guard = self.state.write().map_err(poisoned)?;
         Ok(Box::new(MemTxn {
             guard: Guard::Write(guard),
             undo: Vec::new(),
             committed: false,
+            durable: None,
         }))
     }
 
-    /// Nothing is ever durable here; the same as [`MetaEngine::write`].
+    /// Without the simulation nothing is ever durable and this is [`MetaEngine::write`]; with
+    /// it, the state after the commit is what a later crash returns to.
     fn write_durable(&self) -> Result<Box<dyn Txn + '_>> {
-        self.write()
+        self.check_alive()?;
+        let guard = self.state.write().map_err(poisoned)?;
+        Ok(Box::new(MemTxn {
+            guard: Guard::Write(guard),
+            undo: Vec::new(),
+            committed: false,
+            durable: self.sim.as_deref(),
+        }))
     }
 }
 
@@ -159,6 +237,8 @@ struct MemTxn<'a> {
     guard: Guard<'a>,
     undo: Vec<Undo>,
     committed: bool,
+    /// Where a durable transaction records the state it commits.
+    durable: Option<&'a Simulation>,
 }
 
 impl MemTxn<'_> {
@@ -448,6 +528,9 @@ impl Txn for MemTxn<'_> {
     fn commit(mut self: Box<Self>) -> Result<()> {
         self.committed = true;
         self.undo.clear();
+        if let (Some(sim), Guard::Write(state)) = (self.durable, &self.guard) {
+            *sim.durable.lock().unwrap_or_else(|e| e.into_inner()) = (**state).clone();
+        }
         Ok(())
     }
 }

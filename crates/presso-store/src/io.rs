@@ -101,6 +101,12 @@ pub trait StorageDir: Send + Sync {
     /// this one — has it, and is released when the returned [`DirLock`] is dropped or the
     /// process dies.
     fn lock(&self) -> Result<DirLock, LockError>;
+    /// Total and available bytes of the space the directory's files live in, if known: the
+    /// layer above refuses new writes before this runs out, so the metadata, deletes and
+    /// garbage collection always find room.
+    fn space(&self) -> Option<(u64, u64)> {
+        None
+    }
 
     /// Creates segment file `number` (`seg-<number>.dat`).
     fn create_segment(&self, number: u64) -> io::Result<Arc<dyn Storage>> {
@@ -270,6 +276,19 @@ impl StorageDir for FsDir {
 
     fn describe(&self) -> String {
         self.path.display().to_string()
+    }
+
+    fn space(&self) -> Option<(u64, u64)> {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(self.path.as_os_str().as_bytes()).ok()?;
+        // SAFETY: statvfs is a plain C struct for which all-zero bytes are a valid value.
+        let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: `c` is a valid NUL-terminated path and `s` a properly sized out-parameter.
+        if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
+            return None;
+        }
+        let frsize = s.f_frsize as u64;
+        Some((s.f_blocks as u64 * frsize, s.f_bavail as u64 * frsize))
     }
 
     fn lock(&self) -> Result<DirLock, LockError> {

@@ -28,14 +28,14 @@
 pub mod error;
 pub mod header;
 pub mod io;
-pub mod pool;
+pub mod store;
 pub mod segment;
 pub mod sim;
 
 pub use error::{Result, StoreError};
 pub use header::PoolHeader;
 pub use io::{DirLock, FsDir, FsStorage, LockError, Storage, StorageDir, LOCK_FILE};
-pub use pool::{
+pub use store::{
     Location, Position, RecoveryReport, SegmentEntries, SegmentStats, Store, StoreConfig,
     DEFAULT_SEGMENT_SIZE,
 };

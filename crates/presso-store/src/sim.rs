@@ -381,6 +381,13 @@ impl StorageDir for SimDir {
         "<simulated directory>".to_string()
     }
 
+    /// Known only under a space budget: the budget, and what of it is not used yet.
+    fn space(&self) -> Option<(u64, u64)> {
+        let st = self.state.lock();
+        st.budget
+            .map(|budget| (budget, budget.saturating_sub(st.live_total())))
+    }
+
     fn lock(&self) -> Result<DirLock, LockError> {
         let mut st = self.state.lock();
         if st.lock.is_some() {

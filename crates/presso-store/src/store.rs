@@ -144,8 +144,9 @@ pub struct Store {
     durable: Mutex<Position>,
     corruptions: AtomicU64,
     recovery: RecoveryReport,
-    /// Last, so it is released only after every file of the pool is closed.
-    _lock: DirLock,
+    /// Last, so it is released only after every file of the pool is closed; or earlier, by
+    /// [`Store::close`].
+    lock: Mutex<Option<DirLock>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -269,7 +270,7 @@ impl Store {
             durable: Mutex::new(durable),
             corruptions: AtomicU64::new(0),
             recovery,
-            _lock: lock,
+            lock: Mutex::new(Some(lock)),
         })
     }
 
@@ -339,6 +340,26 @@ impl Store {
                 Err(io_error(&seg.name, offset, "write", e))
             }
         }
+    }
+
+    /// Makes everything durable, refuses appends from now on and releases the pool's lock, so
+    /// the pool can be opened again (by this process or another) while this value still lives
+    /// for readers that finish their work.
+    pub fn close(&self) -> Result<()> {
+        let result = self.sync().map(|_| ());
+        self.abandon();
+        result
+    }
+
+    /// Refuses appends from now on and releases the pool's lock without syncing anything: what
+    /// a killed process leaves (for crash tests).
+    pub fn abandon(&self) {
+        let mut a = self.appender.lock();
+        if a.failed.is_none() {
+            a.failed = Some("the pool was closed".into());
+        }
+        drop(a);
+        self.lock.lock().take();
     }
 
     /// Makes every entry appended so far durable and returns the durable position. Concurrent
@@ -615,6 +636,17 @@ impl Store {
             .values()
             .map(|s| s.end.load(Ordering::Acquire))
             .sum()
+    }
+
+    /// Total and available bytes where the pool's files live, if the directory knows
+    /// ([`StorageDir::space`]).
+    pub fn space(&self) -> Option<(u64, u64)> {
+        self.dir.space()
+    }
+
+    /// The pool directory, for messages.
+    pub fn describe(&self) -> String {
+        self.dir.describe()
     }
 
     fn segment(&self, segment: u64) -> Result<Arc<Segment>> {
