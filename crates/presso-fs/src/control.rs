@@ -55,9 +55,9 @@ pub enum Request {
     Sync,
 }
 
-/// Serves requests on the pool's socket until the process ends.
-pub fn serve(vfs: Arc<Vfs>, mountpoint: PathBuf) -> Result<PathBuf> {
-    let path = vfs.pool().path().join(SOCKET_FILE);
+/// Serves requests on the socket in the pool directory `pool_dir` until the process ends.
+pub fn serve(vfs: Arc<Vfs>, pool_dir: &Path, mountpoint: PathBuf) -> Result<PathBuf> {
+    let path = pool_dir.join(SOCKET_FILE);
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path)
         .map_err(|e| FsError::io(format!("cannot create {}", path.display()), e))?;

@@ -69,7 +69,7 @@ pub fn serve(
         let session =
             fuser::Session::new(PressoFs::new(vfs.clone(), threads), &mountpoint, &options)
                 .map_err(|e| FsError::io(format!("cannot mount on {}", mountpoint.display()), e))?;
-        let socket = control::serve(vfs.clone(), mountpoint.clone())?;
+        let socket = control::serve(vfs.clone(), &pool_path, mountpoint.clone())?;
         Ok((vfs, session, socket, mountpoint))
     };
     let (vfs, mut session, socket, mountpoint) = match setup() {

@@ -17,7 +17,7 @@
 //! and garbage collection reclaims. Torn segment tails are cut by the store's recovery.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
@@ -28,7 +28,7 @@ use parking_lot::{Condvar, Mutex};
 use presso_codec::frame::FrameHeader;
 use presso_codec::{Encoded, Engine, EngineConfig, Offload};
 use presso_meta::{MetaStore, RecordRef, TxgOp, POOL_INO};
-use presso_store::{FsDir, Location, Store, StoreConfig, ENTRY_HEADER_LEN};
+use presso_store::{FsDir, Location, Store, StoreConfig, StorageDir, ENTRY_HEADER_LEN};
 
 use crate::error::{FsError, Result};
 use crate::props;
@@ -86,6 +86,8 @@ struct TxgState {
     /// The last failure and the group it hit.
     error: Option<(u64, String, i32)>,
     shutdown: bool,
+    /// Stopped without committing what is queued ([`Pool::halt`]).
+    halted: bool,
 }
 
 /// Counters of the pool's own events (the engine keeps its own).
@@ -109,7 +111,6 @@ pub struct PoolCounters {
 
 /// An open pool.
 pub struct Pool {
-    path: PathBuf,
     store: Store,
     meta: MetaStore,
     engine: Engine,
@@ -126,7 +127,9 @@ pub struct Pool {
 
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pool").field("path", &self.path).finish()
+        f.debug_struct("Pool")
+            .field("dir", &self.store.describe())
+            .finish()
     }
 }
 
@@ -141,29 +144,43 @@ pub struct OpenReport {
 }
 
 impl Pool {
-    /// Creates a pool in `path` (created if missing; it must not hold a pool) with properties
-    /// given as `name=value` pairs, already validated by [`props::normalize`].
+    /// Creates a pool in the host directory `path` (created if missing; it must not hold a pool)
+    /// with SQLite metadata and properties given as `name=value` pairs, already validated by
+    /// [`props::normalize`].
     pub fn create(path: &Path, properties: &[(String, String)]) -> Result<()> {
         for (name, value) in properties {
             props::normalize(name, value).map_err(FsError::Invalid)?;
         }
         let dir = FsDir::create_all(path)
             .map_err(|e| FsError::io(format!("cannot create {}", path.display()), e))?;
-        let creation: BTreeMap<String, String> = properties.iter().cloned().collect();
-        let store = Store::create(Arc::new(dir), creation, StoreConfig::default())?;
         let meta = MetaStore::open_sqlite(path.join(META_FILE))?;
+        Pool::create_with(Arc::new(dir), &meta, properties)
+    }
+
+    /// Creates a pool over any storage directory and metadata store (a simulated directory and
+    /// the in-memory engine in tests).
+    pub fn create_with(
+        dir: Arc<dyn StorageDir>,
+        meta: &MetaStore,
+        properties: &[(String, String)],
+    ) -> Result<()> {
+        let properties = properties
+            .iter()
+            .map(|(name, value)| Ok((name.clone(), props::normalize(name, value)?)))
+            .collect::<std::result::Result<Vec<_>, String>>()
+            .map_err(FsError::Invalid)?;
+        let creation: BTreeMap<String, String> = properties.iter().cloned().collect();
+        let store = Store::create(dir, creation, StoreConfig::default())?;
         meta.init()?;
-        for (name, value) in properties {
+        for (name, value) in &properties {
             meta.set_prop(POOL_INO, name, value)?;
         }
-        drop(meta);
         drop(store);
         Ok(())
     }
 
-    /// Opens the pool in `path`: takes its lock (a pool in use elsewhere is refused), recovers
-    /// the store, removes orphans, rebuilds segment accounting and starts the engine and the
-    /// commit thread.
+    /// Opens the pool in the host directory `path` with its SQLite metadata; see
+    /// [`Pool::open_with`].
     pub fn open(path: &Path, options: PoolOptions) -> Result<(Arc<Pool>, OpenReport)> {
         let dir = FsDir::open(path).map_err(|e| {
             FsError::io(
@@ -174,20 +191,32 @@ impl Pool {
                 e,
             )
         })?;
-        let store = Store::open(
-            Arc::new(dir),
-            StoreConfig {
-                segment_size: options.segment_size,
-            },
-        )?;
         let meta_path = path.join(META_FILE);
         if !meta_path.exists() {
             return Err(FsError::Invalid(format!(
-                "{} has a pool header but no {META_FILE}: not a complete pool",
+                "{} has no {META_FILE}: not a complete pool",
                 path.display()
             )));
         }
         let meta = MetaStore::open_sqlite(&meta_path)?;
+        let (pool, report) = Pool::open_with(Arc::new(dir), meta, options)?;
+        Ok((pool, report))
+    }
+
+    /// Opens a pool over any storage directory and metadata store: takes its lock (a pool in use
+    /// elsewhere is refused), recovers the store, removes orphans, rebuilds segment accounting
+    /// and starts the engine and the commit thread.
+    pub fn open_with(
+        dir: Arc<dyn StorageDir>,
+        meta: MetaStore,
+        options: PoolOptions,
+    ) -> Result<(Arc<Pool>, OpenReport)> {
+        let store = Store::open(
+            dir,
+            StoreConfig {
+                segment_size: options.segment_size,
+            },
+        )?;
         meta.init()?;
         let mut report = OpenReport {
             torn_bytes: store.recovery().discarded_bytes,
@@ -209,7 +238,6 @@ impl Pool {
         .map_err(|e| FsError::Invalid(e.to_string()))?;
 
         let pool = Arc::new(Pool {
-            path: path.to_path_buf(),
             store,
             meta,
             engine,
@@ -235,9 +263,14 @@ impl Pool {
         Ok((pool, report))
     }
 
-    /// The pool directory.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// The pool directory, for messages.
+    pub fn describe(&self) -> String {
+        self.store.describe()
+    }
+
+    /// Total and available bytes where the pool lives, if known.
+    pub fn space(&self) -> Option<(u64, u64)> {
+        self.store.space()
     }
 
     /// The metadata store.
@@ -466,7 +499,23 @@ impl Pool {
         if let Some(handle) = self.committer.lock().take() {
             let _ = handle.join();
         }
-        result
+        result.and(self.store.close().map_err(FsError::from))
+    }
+
+    /// Stops the commit thread at once, committing nothing more: what a killed daemon leaves
+    /// behind (for crash tests). Queued ops are dropped.
+    pub fn halt(&self) {
+        {
+            let mut txg = self.txg.lock();
+            txg.shutdown = true;
+            txg.halted = true;
+        }
+        self.txg_changed.notify_all();
+        if let Some(handle) = self.committer.lock().take() {
+            let _ = handle.join();
+        }
+        // A killed process loses its lock with it.
+        self.store.abandon();
     }
 
     fn commit_group(&self, ops: &[TxgOp], durable: bool) -> Result<()> {
@@ -544,7 +593,7 @@ fn commit_loop(pool: std::sync::Weak<Pool>) {
                 if txg.requested >= txg.open {
                     break;
                 }
-                if txg.shutdown && txg.ops.is_empty() {
+                if txg.halted || (txg.shutdown && txg.ops.is_empty()) {
                     return;
                 }
                 let now = Instant::now();
@@ -560,6 +609,9 @@ fn commit_loop(pool: std::sync::Weak<Pool>) {
         }
         let (number, ops, tags, durable) = {
             let mut txg = pool.txg.lock();
+            if txg.halted {
+                return;
+            }
             let number = txg.open;
             txg.open += 1;
             let durable = std::mem::take(&mut txg.durable);

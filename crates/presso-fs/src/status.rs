@@ -124,7 +124,7 @@ impl Status {
             }
         });
         Ok(Status {
-            pool: pool.path().display().to_string(),
+            pool: pool.describe(),
             mountpoint,
             logical_bytes: space.logical,
             stored_bytes: space.stored,
