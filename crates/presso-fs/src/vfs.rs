@@ -22,7 +22,6 @@
 //! a metadata write that runs callbacks.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -95,6 +94,10 @@ struct FileState {
     open: u32,
     orphaned: bool,
     overlay: BTreeMap<u64, Slot>,
+    /// Set by a truncate until its clearing ops commit: from this record index on, records
+    /// without an overlay slot are holes, whatever the metadata still says. With the generation
+    /// of the op whose commit ends it.
+    cleared_from: Option<(u64, u64)>,
     next_generation: u64,
     inflight: usize,
     error: Option<i32>,
@@ -104,6 +107,17 @@ struct FileState {
     last_read_end: u64,
     readahead_until: u64,
     settings: Option<(u64, CodecSpec, JobOptions)>,
+}
+
+/// The record index an [`OpTag`] carries when it ends a truncate rather than names a record.
+const CLEARING: u64 = u64::MAX;
+
+impl FileState {
+    /// Whether record `index` was cleared by a truncate whose ops have not committed yet (the
+    /// metadata may still hold its old reference; it must not be read).
+    fn is_cleared(&self, index: u64) -> bool {
+        self.cleared_from.is_some_and(|(from, _)| index >= from)
+    }
 }
 
 /// An open (or recently written) regular file.
@@ -557,6 +571,7 @@ impl Vfs {
                 open: 0,
                 orphaned: false,
                 overlay: BTreeMap::new(),
+                cleared_from: None,
                 next_generation: 1,
                 inflight: 0,
                 error: None,
@@ -741,6 +756,7 @@ impl Vfs {
                     }
                     Some(Slot::Stored { rec: None, .. }) => Vec::new(),
                     Some(Slot::Dirty { .. }) => unreachable!("checked above"),
+                    None if st.is_cleared(index) => Vec::new(),
                     None => match self.pool.meta().get_record(node.ino, index)? {
                         Some(rec) => self.pool.read_record(node.ino, index, &rec)?.into(),
                         None => Vec::new(),
@@ -872,7 +888,12 @@ impl Vfs {
         }
         let mut st = node.state.lock();
         let rs = st.recordsize;
+        let mut clearing = None;
         if size < st.size {
+            // Every record from `keep` on goes: the overlay forgets them at once and
+            // `cleared_from` hides the committed ones until their ClearRecord ops commit, so
+            // nothing (a read, or the read-modify-write of a later partial write) can see their
+            // old bytes again.
             let keep = size.div_ceil(rs);
             let dropped = st.overlay.split_off(&keep);
             let dirty = dropped
@@ -881,8 +902,12 @@ impl Vfs {
                 .count();
             self.budget.give(dirty * rs as usize);
             let mut clear: HashSet<u64> = dropped.into_keys().collect();
-            for (index, _) in self.pool.meta().records(node.ino, keep..)? {
-                clear.insert(index);
+            // Records from an earlier truncate's `cleared_from` on are being cleared already.
+            let until = st.cleared_from.map_or(u64::MAX, |(from, _)| from);
+            if keep < until {
+                for (index, _) in self.pool.meta().records(node.ino, keep..until)? {
+                    clear.insert(index);
+                }
             }
             let mut clear: Vec<u64> = clear.into_iter().collect();
             clear.sort_unstable();
@@ -895,6 +920,11 @@ impl Vfs {
                     None,
                 );
             }
+            let generation = st.next_generation;
+            st.next_generation += 1;
+            let from = st.cleared_from.map_or(keep, |(from, _)| from.min(keep));
+            st.cleared_from = Some((from, generation));
+            clearing = Some(generation);
             if !size.is_multiple_of(rs) {
                 let index = size / rs;
                 let buf = self.dirty_buffer(node, &mut st, index, false)?;
@@ -904,42 +934,66 @@ impl Vfs {
         st.size = size;
         st.mtime = Timespec::now();
         st.size_dirty = true;
-        self.queue_size(node, &mut st);
+        // Queued after the ClearRecord ops: when it commits, so have they.
+        self.queue_size_tagged(node, &mut st, clearing);
         Ok(())
     }
 
     /// Preallocates (mode 0: extends the size; space is not reserved in a copy-on-write pool),
-    /// or punches a hole (`FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`).
+    /// punches a hole (`FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`) or zeroes a range
+    /// (`FALLOC_FL_ZERO_RANGE`, extending the file unless `FALLOC_FL_KEEP_SIZE`).
     pub fn fallocate(&self, ino: u64, offset: u64, length: u64, mode: i32) -> Result<()> {
         let node = self.node(ino)?;
         let end = offset
             .checked_add(length)
+            .filter(|&e| e <= i64::MAX as u64)
             .ok_or_else(|| FsError::Invalid("range overflows".into()))?;
         let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
-        if mode & !(libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE) != 0 {
+        let zero_range = mode & libc::FALLOC_FL_ZERO_RANGE != 0;
+        let known =
+            libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE;
+        if mode & !known != 0 || (punch && zero_range) {
             return Err(FsError::Unsupported("this fallocate mode"));
         }
-        if punch {
-            if !keep_size {
-                return Err(FsError::Invalid("PUNCH_HOLE needs KEEP_SIZE".into()));
-            }
+        if punch && !keep_size {
+            return Err(FsError::Invalid("PUNCH_HOLE needs KEEP_SIZE".into()));
+        }
+        if punch || zero_range {
             let size = node.state.lock().size;
-            let end = end.min(size);
             // Zeros written through the normal path become holes (all-zero records).
             let chunk = vec![0u8; 1 << 20];
             let mut pos = offset;
-            while pos < end {
-                let n = (end - pos).min(chunk.len() as u64) as usize;
+            while pos < end.min(size) {
+                let n = (end.min(size) - pos).min(chunk.len() as u64) as usize;
                 self.write(ino, pos, &chunk[..n])?;
                 pos += n as u64;
             }
-            return Ok(());
         }
         if !keep_size && end > node.state.lock().size {
             self.truncate(&node, end)?;
         }
         Ok(())
+    }
+
+    /// `copy_file_range`: copies up to `len` bytes from `from` at `src` to `to` at `dst` (fewer
+    /// at the end of the source) through the record buffers, and returns how many it copied.
+    /// Overlapping ranges of one file are refused, as copy_file_range(2) does.
+    pub fn copy_range(&self, from: u64, src: u64, to: u64, dst: u64, len: u64) -> Result<u64> {
+        if from == to && src < dst.saturating_add(len) && dst < src.saturating_add(len) {
+            return Err(FsError::Invalid("overlapping copy within one file".into()));
+        }
+        let mut done = 0;
+        while done < len {
+            let want = (len - done).min(1 << 20) as u32;
+            let data = self.read(from, src + done, want)?;
+            if data.is_empty() {
+                break;
+            }
+            self.write(to, dst + done, &data)?;
+            done += data.len() as u64;
+        }
+        Ok(done)
     }
 
     // ---- read path
@@ -967,6 +1021,7 @@ impl Vfs {
                     Some(Slot::Dirty { buf, .. }) => Piece::Bytes(Bytes::copy_from_slice(buf)),
                     Some(Slot::Compressing { data, .. }) => Piece::Bytes(data.clone()),
                     Some(Slot::Stored { rec, .. }) => Piece::Ref(rec.clone()),
+                    None if st.is_cleared(index) => Piece::Ref(None),
                     None => Piece::Lookup,
                 });
             }
@@ -974,7 +1029,9 @@ impl Vfs {
             st.last_read_end = end;
             let ahead = if sequential && self.config.readahead > 0 {
                 let from = (last + 1).max(st.readahead_until);
-                let to = (last + 1 + self.config.readahead as u64).min(st.size.div_ceil(rs));
+                let to = (last + 1 + self.config.readahead as u64)
+                    .min(st.size.div_ceil(rs))
+                    .min(st.cleared_from.map_or(u64::MAX, |(from, _)| from));
                 if from < to {
                     st.readahead_until = to;
                     Some(from..to)
@@ -1082,14 +1139,15 @@ impl Vfs {
     /// zeros.
     pub fn seek(&self, ino: u64, offset: u64, whence: i32) -> Result<u64> {
         let node = self.node(ino)?;
-        let (size, rs, overlay): (u64, u64, BTreeMap<u64, bool>) = {
+        let (size, rs, overlay, cleared): (u64, u64, BTreeMap<u64, bool>, u64) = {
             let st = node.state.lock();
             let overlay = st
                 .overlay
                 .iter()
                 .map(|(i, s)| (*i, !matches!(s, Slot::Stored { rec: None, .. })))
                 .collect();
-            (st.size, st.recordsize, overlay)
+            let cleared = st.cleared_from.map_or(u64::MAX, |(from, _)| from);
+            (st.size, st.recordsize, overlay, cleared)
         };
         if offset >= size {
             return Err(FsError::Deferred(libc::ENXIO));
@@ -1098,7 +1156,7 @@ impl Vfs {
         let mut data: BTreeMap<u64, bool> = self
             .pool
             .meta()
-            .records(ino, first..)?
+            .records(ino, first..cleared.max(first))?
             .into_iter()
             .map(|(i, _)| (i, true))
             .collect();
@@ -1129,13 +1187,23 @@ impl Vfs {
     // ---- commit hooks and background work
 
     fn queue_size(&self, node: &FileNode, st: &mut FileState) {
+        self.queue_size_tagged(node, st, None);
+    }
+
+    /// Queues the file's size; with `clearing`, the op's commit ends the truncate of that
+    /// generation (see `FileState::cleared_from`).
+    fn queue_size_tagged(&self, node: &FileNode, st: &mut FileState, clearing: Option<u64>) {
         st.queued_in = self.pool.queue(
             TxgOp::SetSize {
                 ino: node.ino,
                 size: st.size,
                 mtime: st.mtime,
             },
-            None,
+            clearing.map(|generation| OpTag {
+                ino: node.ino,
+                index: CLEARING,
+                generation,
+            }),
         );
         st.size_dirty = false;
     }
@@ -1162,7 +1230,11 @@ impl Vfs {
             };
             let mut st = node.state.lock();
             for tag in tags {
-                if matches!(st.overlay.get(&tag.index),
+                if tag.index == CLEARING {
+                    if st.cleared_from.is_some_and(|(_, g)| g == tag.generation) {
+                        st.cleared_from = None;
+                    }
+                } else if matches!(st.overlay.get(&tag.index),
                     Some(Slot::Stored { generation, .. }) if *generation == tag.generation)
                 {
                     st.overlay.remove(&tag.index);
@@ -1174,6 +1246,7 @@ impl Vfs {
             let st = node.state.lock();
             !(st.open == 0
                 && st.overlay.is_empty()
+                && st.cleared_from.is_none()
                 && st.inflight == 0
                 && !st.size_dirty
                 && st.queued_in <= number)
@@ -1238,7 +1311,7 @@ impl Vfs {
     /// Space is low when the host file system's free space, less the record buffers not yet
     /// stored (counted uncompressed), is under `min_free`.
     fn check_space(&self) {
-        let low = match host_space(self.pool.path()) {
+        let low = match self.pool.space() {
             Some((_, avail)) => {
                 avail.saturating_sub(self.dirty_bytes() as u64) < self.config.min_free
             }
@@ -1255,6 +1328,16 @@ impl Vfs {
         }
         let result = self.sync_all();
         self.pool.close().and(result)
+    }
+
+    /// Stops background work at once, flushing and committing nothing: what a killed daemon
+    /// leaves behind (for crash tests). The file layer answers nothing useful afterwards.
+    pub fn halt(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        if let Some(reclaimer) = &self.reclaimer {
+            reclaimer.stop();
+        }
+        self.pool.halt();
     }
 
     // ---- reporting
@@ -1287,7 +1370,7 @@ impl Vfs {
 
     /// File-system statistics: the host file system's blocks (the pool can use all of them).
     pub fn statfs(&self) -> StatFs {
-        let (total, avail) = host_space(self.pool.path()).unwrap_or((0, 0));
+        let (total, avail) = self.pool.space().unwrap_or((0, 0));
         StatFs {
             block_size: 4096,
             blocks: total / 4096,
@@ -1408,19 +1491,6 @@ fn flusher(vfs: std::sync::Weak<Vfs>) {
         // A periodic timer, not synchronisation: the work it starts is idempotent.
         std::thread::sleep(period.min(Duration::from_secs(1)));
     }
-}
-
-/// Total and available bytes of the file system holding `path`.
-pub fn host_space(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a valid NUL-terminated path and `s` a properly sized out-parameter.
-    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
-        return None;
-    }
-    let frsize = s.f_frsize as u64;
-    Some((s.f_blocks as u64 * frsize, s.f_bavail as u64 * frsize))
 }
 
 impl Drop for Vfs {
