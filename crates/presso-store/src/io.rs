@@ -7,6 +7,7 @@
 //!
 //! [`StorageDir::lock`] takes the pool's exclusive lock: on real files an `flock` on
 //! [`LOCK_FILE`], which the kernel releases when the process dies however it dies.
+//! [`LockWatch`] looks at that lock from another process without taking it.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -302,22 +303,13 @@ impl StorageDir for FsDir {
             .mode(0o644)
             .open(self.path.join(LOCK_FILE))
             .map_err(LockError::Io)?;
-        loop {
-            // SAFETY: `file` owns an open descriptor for the whole call; flock takes no pointers.
-            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-            if rc == 0 {
-                break;
-            }
-            let err = io::Error::last_os_error();
-            match err.raw_os_error() {
-                Some(libc::EINTR) => continue,
-                Some(libc::EWOULDBLOCK) => {
-                    return Err(LockError::Held {
-                        pid: read_pid(&file),
-                    })
-                }
-                _ => return Err(LockError::Io(err)),
-            }
+        if let Err(err) = flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
+            return Err(match err.raw_os_error() {
+                Some(libc::EWOULDBLOCK) => LockError::Held {
+                    pid: read_pid(&file),
+                },
+                _ => LockError::Io(err),
+            });
         }
         // The pid is only for the message of whoever is refused next. Failing to write it (a
         // full disk, which is exactly when the pool must still open) leaves the lock valid.
@@ -326,6 +318,55 @@ impl StorageDir for FsDir {
             let _ = file.write_all_at(pid.as_bytes(), 0);
         }
         Ok(DirLock::new(file))
+    }
+}
+
+/// The pool lock of a directory seen from outside, by a process that does not want it but asks
+/// whether a holder is alive and waits for it to let go (as `presso unmount` waits for the
+/// daemon). Opening creates and writes nothing; [`LockWatch::is_held`] takes the lock for an
+/// instant when it is free.
+#[derive(Debug)]
+pub struct LockWatch {
+    file: File,
+}
+
+impl LockWatch {
+    /// Opens the [`LOCK_FILE`] of the pool directory `dir`; `NotFound` if the pool has never been
+    /// opened.
+    pub fn open(dir: &Path) -> io::Result<LockWatch> {
+        Ok(LockWatch {
+            file: File::open(dir.join(LOCK_FILE))?,
+        })
+    }
+
+    /// Whether someone holds the lock now: another process, or an open store of this one.
+    pub fn is_held(&self) -> io::Result<bool> {
+        match flock(&self.file, libc::LOCK_EX | libc::LOCK_NB) {
+            Ok(()) => flock(&self.file, libc::LOCK_UN).map(|()| false),
+            Err(err) if err.raw_os_error() == Some(libc::EWOULDBLOCK) => Ok(true),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Blocks until no one holds the lock (a holding process lets go when it exits, however it
+    /// exits).
+    pub fn wait_released(&self) -> io::Result<()> {
+        flock(&self.file, libc::LOCK_EX)?;
+        flock(&self.file, libc::LOCK_UN)
+    }
+}
+
+/// `flock(2)` on `file`, retried when a signal interrupts it.
+fn flock(file: &File, operation: libc::c_int) -> io::Result<()> {
+    loop {
+        // SAFETY: `file` owns an open descriptor for the whole call; flock takes no pointers.
+        if unsafe { libc::flock(file.as_raw_fd(), operation) } == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINTR) {
+            return Err(err);
+        }
     }
 }
 

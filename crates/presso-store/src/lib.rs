@@ -13,7 +13,8 @@
 //! ([`io::FsDir`]) or a simulation with crashes, torn writes and injected faults ([`sim::SimDir`]).
 //!
 //! An open [`Store`] holds the pool's exclusive lock (an `flock` on `presso.lock`): a second
-//! open, from any process, fails with [`StoreError::InUse`].
+//! open, from any process, fails with [`StoreError::InUse`]. [`LockWatch`] lets another process
+//! ask whether the lock is held and wait until it is released.
 //!
 //! For the layer above (presso-fs), which joins the store and the metadata into transaction
 //! groups, garbage collection and scrub: [`Store::segments`], [`Store::roll`] and
@@ -34,7 +35,7 @@ pub mod sim;
 
 pub use error::{Result, StoreError};
 pub use header::PoolHeader;
-pub use io::{DirLock, FsDir, FsStorage, LockError, Storage, StorageDir, LOCK_FILE};
+pub use io::{DirLock, FsDir, FsStorage, LockError, LockWatch, Storage, StorageDir, LOCK_FILE};
 pub use store::{
     Location, Position, RecoveryReport, SegmentEntries, SegmentStats, Store, StoreConfig,
     DEFAULT_SEGMENT_SIZE,

@@ -4,11 +4,12 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{config, TempDir};
-use presso_store::{FsDir, SimDir, Store, StoreError, LOCK_FILE};
+use presso_store::{FsDir, LockWatch, SimDir, Store, StoreError, LOCK_FILE};
 
 const CHILD_ENV: &str = "PRESSO_STORE_LOCK_CHILD";
 /// What the child prints once it holds the lock (libtest may print its own text before it on
@@ -57,6 +58,53 @@ fn a_directory_that_is_no_pool_gets_no_lock_file() {
     let tmp = TempDir::new("nolock");
     let err = Store::open(tmp.dir(), config(1 << 20)).unwrap_err();
     assert!(matches!(err, StoreError::NotAPool { .. }), "{err}");
+    assert!(!tmp.path().join(LOCK_FILE).exists());
+}
+
+#[test]
+fn a_lock_watch_sees_the_holder_and_waits_until_it_lets_go() {
+    let _serial = REAL_LOCKS.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = TempDir::new("lockwatch");
+    let store = Store::create(tmp.dir(), Default::default(), config(1 << 20)).unwrap();
+    let watch = LockWatch::open(tmp.path()).unwrap();
+    assert!(watch.is_held().unwrap());
+    // Probing takes nothing from the holder.
+    assert!(watch.is_held().unwrap());
+    assert_in_use(
+        Store::open(tmp.dir(), config(1 << 20)).unwrap_err(),
+        Some(std::process::id()),
+    );
+
+    let dropping = Arc::new(AtomicBool::new(false));
+    let holder = {
+        let dropping = Arc::clone(&dropping);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            dropping.store(true, Ordering::SeqCst);
+            drop(store);
+        })
+    };
+    watch.wait_released().unwrap();
+    assert!(
+        dropping.load(Ordering::SeqCst),
+        "returned before the store let go"
+    );
+    holder.join().unwrap();
+
+    // A probe of a free lock leaves it free, and the watch keeps the file as it was.
+    assert!(!watch.is_held().unwrap());
+    let held = std::fs::read_to_string(tmp.path().join(LOCK_FILE)).unwrap();
+    assert_eq!(held.trim(), std::process::id().to_string());
+    let store = Store::open(tmp.dir(), config(1 << 20)).unwrap();
+    store.append(b"after the watch").unwrap();
+    assert!(watch.is_held().unwrap());
+}
+
+#[test]
+fn a_lock_watch_on_a_pool_never_opened_is_not_found_and_creates_nothing() {
+    let tmp = TempDir::new("nowatch");
+    let err = LockWatch::open(tmp.path()).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
     assert!(!tmp.path().join(LOCK_FILE).exists());
 }
 

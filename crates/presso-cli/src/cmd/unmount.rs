@@ -1,11 +1,11 @@
 //! `presso unmount`: unmounts and waits until the daemon has committed everything.
 
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use presso_store::LockWatch;
 
 use super::target;
 
@@ -25,17 +25,10 @@ pub fn run(args: UnmountArgs) -> Result<()> {
     let Some(mount) = target::mounts().into_iter().find(|m| m.mountpoint == path) else {
         bail!("{} is not a mounted Presso pool", args.mountpoint.display());
     };
-    // Hold the lock file open first: the daemon holds its lock until it has flushed and exited.
-    let lock = std::fs::File::open(mount.pool.join(presso_store::LOCK_FILE)).ok();
-    // SAFETY: flock on a descriptor owned by `lock`; a non-blocking probe released at once.
-    let daemon_alive = lock.as_ref().is_some_and(|l| unsafe {
-        if libc::flock(l.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 {
-            libc::flock(l.as_raw_fd(), libc::LOCK_UN);
-            false
-        } else {
-            true
-        }
-    });
+    // Watch the pool's lock first: the daemon holds it until it has flushed and exited. A lock
+    // that cannot be probed counts as held, so we wait rather than call the daemon dead.
+    let lock = LockWatch::open(&mount.pool).ok();
+    let daemon_alive = lock.as_ref().is_some_and(|l| l.is_held().unwrap_or(true));
     let status = Command::new("fusermount3").arg("-u").arg(&path).status();
     let unmounted = match status {
         Ok(s) if s.success() => true,
@@ -54,11 +47,9 @@ pub fn run(args: UnmountArgs) -> Result<()> {
         );
     }
     if let Some(lock) = lock {
-        // Blocks until the daemon exits (its lock goes away with it).
-        // SAFETY: flock on a descriptor owned by `lock`.
-        unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
-        // SAFETY: as above.
-        unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_UN) };
+        // Blocks until the daemon exits (its lock goes away with it). Failing to wait changes
+        // nothing: the file system is unmounted already.
+        let _ = lock.wait_released();
     }
     if daemon_alive {
         println!(

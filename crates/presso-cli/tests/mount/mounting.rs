@@ -1,0 +1,166 @@
+//! Mounting: the mount helper and its options, a pool already in use, bad input refused with a
+//! clear message, and read-only mounts.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+
+use crate::common::*;
+
+#[test]
+fn mount_helper_mounts_with_options() {
+    require_root("it mounts with allow_other and acts as another user");
+    require_tool("setpriv", "util-linux");
+    let mut f = Fixture::unmounted("helper", &[]);
+    let bin = f.scratch("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let helper = bin.join("mount.fuse.presso");
+    std::os::unix::fs::symlink(presso_bin(), &helper).unwrap();
+    let out = exec(
+        std::process::Command::new(&helper)
+            .arg(&f.pool)
+            .arg(&f.mnt)
+            .args(["-o", "allow_other"]),
+    );
+    f.set_mounted(out.status.success() || is_mounted(&f.mnt));
+    out.ok();
+    let line = mount_line(&f.mnt).expect("the helper mounted nothing");
+    assert!(line.contains("allow_other"), "no allow_other in {line}");
+    assert!(
+        line.contains(f.pool.to_str().unwrap()),
+        "the source is not the pool: {line}"
+    );
+    std::fs::write(f.p("hello"), b"through the helper\n").unwrap();
+    std::fs::set_permissions(f.p("hello"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (ok, err) = as_nobody("cat", &[&f.p("hello")]);
+    assert!(ok, "allow_other did not let another user in: {err}");
+    f.remount(&[]);
+    assert_eq!(
+        std::fs::read(f.p("hello")).unwrap(),
+        b"through the helper\n"
+    );
+    f.unmount();
+
+    // As mount(8) calls it for an fstab line: options it adds are taken, noexec is honoured.
+    let out = exec(
+        std::process::Command::new(&helper)
+            .arg(&f.pool)
+            .arg(&f.mnt)
+            .args([
+                "-o",
+                "rw,nosuid,nodev,noexec,noatime,_netdev,x-systemd.automount",
+            ]),
+    );
+    f.set_mounted(out.status.success() || is_mounted(&f.mnt));
+    out.ok();
+    let line = mount_line(&f.mnt).expect("the helper mounted nothing");
+    let flags = line.split(' ').nth(5).unwrap_or_default();
+    for flag in ["nosuid", "nodev", "noexec"] {
+        assert!(flags.split(',').any(|f| f == flag), "no {flag} in {line}");
+    }
+    let script = f.p("script.sh");
+    std::fs::write(&script, "#!/bin/sh\necho ran\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let err = std::process::Command::new(&script).output().unwrap_err();
+    assert_eq!(
+        err.raw_os_error(),
+        Some(libc::EACCES),
+        "exec on noexec: {err}"
+    );
+    let err = exec(
+        std::process::Command::new(&helper)
+            .arg(&f.pool)
+            .arg(f.scratch("bin"))
+            .args(["-o", "compression=lz4"]),
+    )
+    .fails();
+    assert!(
+        err.contains("compression=lz4") && err.contains("allow_other"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_pool_in_use_is_refused() {
+    let f = Fixture::new("inuse");
+    let other = f.scratch("mnt2");
+    std::fs::create_dir(&other).unwrap();
+    for target in [&other, &f.mnt] {
+        let err = exec(presso().arg("mount").arg(&f.pool).arg(target)).fails();
+        assert!(
+            err.contains("in use"),
+            "no mention of the pool being in use: {err}"
+        );
+        assert!(!is_mounted(&other));
+    }
+    // The first mount is unharmed.
+    std::fs::write(f.p("still"), b"works").unwrap();
+    assert_eq!(std::fs::read(f.p("still")).unwrap(), b"works");
+
+    // Unmounting while a file is open fails clearly and leaves the mount working.
+    let mut busy = File::create(f.p("busy")).unwrap();
+    let err = exec(presso().arg("unmount").arg(&f.mnt)).fails();
+    assert!(err.contains("busy") || err.contains("still using"), "{err}");
+    assert!(is_mounted(&f.mnt));
+    busy.write_all(b"still open").unwrap();
+    drop(busy);
+    assert_file_eq(&f.p("busy"), b"still open");
+}
+
+#[test]
+fn bad_input_is_refused_with_a_clear_message() {
+    let f = Fixture::new("badinput");
+    let not_pool = f.scratch("not-a-pool");
+    std::fs::create_dir(&not_pool).unwrap();
+    let other = f.scratch("mnt2");
+    std::fs::create_dir(&other).unwrap();
+    let err = exec(presso().arg("mount").arg(&not_pool).arg(&other)).fails();
+    assert!(err.contains("not a Presso pool"), "{err}");
+    assert!(!is_mounted(&other));
+
+    let err = exec(presso().arg("create").arg(&f.pool)).fails();
+    assert!(err.contains("already") || err.contains("in use"), "{err}");
+    let err = exec(presso().args(["set", "compression=brotli"]).arg(&f.mnt)).fails();
+    assert!(err.contains("brotli") && err.contains("zstd"), "{err}");
+    let err = exec(presso().args(["get", "nosuchprop"]).arg(&f.mnt)).fails();
+    assert!(
+        err.contains("nosuchprop") && err.contains("compression"),
+        "{err}"
+    );
+    let err = exec(
+        presso()
+            .arg("mount")
+            .arg(&f.pool)
+            .arg(&other)
+            .args(["-o", "bogus"]),
+    )
+    .fails();
+    assert!(err.contains("bogus"), "{err}");
+
+    // The same, on a pool that is not mounted.
+    let unmounted = f.scratch("pool2");
+    exec(presso().arg("create").arg(&unmounted)).ok();
+    let err = exec(presso().arg("create").arg(&unmounted)).fails();
+    assert!(err.contains("already"), "{err}");
+    let err = exec(presso().args(["set", "compression=brotli"]).arg(&unmounted)).fails();
+    assert!(err.contains("brotli"), "{err}");
+    let err = exec(presso().args(["get", "nosuchprop"]).arg(&unmounted)).fails();
+    assert!(err.contains("nosuchprop"), "{err}");
+}
+
+#[test]
+fn read_only_mount_refuses_writes() {
+    let mut f = Fixture::new("ro");
+    std::fs::write(f.p("kept"), b"kept\n").unwrap();
+    f.remount(&["ro"]);
+    assert_eq!(std::fs::read(f.p("kept")).unwrap(), b"kept\n");
+    let err = std::fs::write(f.p("new"), b"x").unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
+    let err = OpenOptions::new()
+        .write(true)
+        .open(f.p("kept"))
+        .unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
+    let err = std::fs::remove_file(f.p("kept")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
+}

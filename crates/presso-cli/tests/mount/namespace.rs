@@ -1,0 +1,228 @@
+//! The namespace: hard links, symlinks and renames, and unlinked files that stay open.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::Path;
+use std::time::Duration;
+
+use crate::common::*;
+
+#[test]
+fn hard_links_symlinks_and_renames() {
+    let mut f = Fixture::new("links");
+    let a = f.p("a");
+    std::fs::write(&a, b"first").unwrap();
+    std::fs::create_dir(f.p("dir")).unwrap();
+    let b = f.p("dir/b");
+    std::fs::hard_link(&a, &b).unwrap();
+    let (ma, mb) = (
+        std::fs::metadata(&a).unwrap(),
+        std::fs::metadata(&b).unwrap(),
+    );
+    assert_eq!((ma.nlink(), mb.nlink()), (2, 2));
+    assert_eq!(ma.ino(), mb.ino());
+    OpenOptions::new()
+        .append(true)
+        .open(&b)
+        .unwrap()
+        .write_all(b" second")
+        .unwrap();
+    assert_eq!(std::fs::read(&a).unwrap(), b"first second");
+
+    std::os::unix::fs::symlink("dir/b", f.p("sym")).unwrap();
+    std::os::unix::fs::symlink("/no/such/target", f.p("dangling")).unwrap();
+    // Special files: a FIFO, a socket and a character device node.
+    let special = |name: &str, mode: u32, dev: u64| {
+        // SAFETY: a valid path.
+        let rc = unsafe { libc::mknod(c_path(&f.p(name)).as_ptr(), mode | 0o644, dev) };
+        assert_eq!(rc, 0, "mknod {name}: errno {}", errno());
+    };
+    special("fifo", libc::S_IFIFO, 0);
+    special("socket", libc::S_IFSOCK, 0);
+    special("null", libc::S_IFCHR, libc::makedev(1, 3));
+    assert_eq!(std::fs::read_link(f.p("sym")).unwrap(), Path::new("dir/b"));
+    assert!(std::fs::symlink_metadata(f.p("sym"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(std::fs::read(f.p("sym")).unwrap(), b"first second");
+    assert!(std::fs::metadata(f.p("dangling")).is_err());
+
+    // Rename over an existing file replaces it.
+    std::fs::write(f.p("old"), b"old contents").unwrap();
+    std::fs::write(f.p("new"), b"new contents").unwrap();
+    let new_ino = std::fs::metadata(f.p("new")).unwrap().ino();
+    std::fs::rename(f.p("new"), f.p("old")).unwrap();
+    assert!(!f.p("new").exists());
+    assert_eq!(std::fs::read(f.p("old")).unwrap(), b"new contents");
+    assert_eq!(std::fs::metadata(f.p("old")).unwrap().ino(), new_ino);
+    // Rename of a directory, and across directories.
+    std::fs::rename(f.p("dir"), f.p("moved")).unwrap();
+    std::fs::rename(f.p("old"), f.p("moved/old")).unwrap();
+    // Directories: over an empty one is fine, over a non-empty one or a file is not.
+    std::fs::create_dir(f.p("empty")).unwrap();
+    std::fs::create_dir_all(f.p("full/sub")).unwrap();
+    std::fs::create_dir(f.p("victim")).unwrap();
+    std::fs::rename(f.p("victim"), f.p("empty")).unwrap();
+    let code = |r: std::io::Result<()>| r.unwrap_err().raw_os_error();
+    assert_eq!(
+        code(std::fs::rename(f.p("empty"), f.p("full"))),
+        Some(libc::ENOTEMPTY)
+    );
+    assert_eq!(
+        code(std::fs::remove_dir(f.p("full"))),
+        Some(libc::ENOTEMPTY)
+    );
+    assert_eq!(
+        code(std::fs::rename(f.p("sym"), f.p("full"))),
+        Some(libc::EISDIR)
+    );
+    assert_eq!(
+        code(std::fs::rename(f.p("empty"), f.p("a"))),
+        Some(libc::ENOTDIR)
+    );
+    assert_eq!(code(std::fs::remove_dir(f.p("a"))), Some(libc::ENOTDIR));
+    assert_eq!(
+        code(std::fs::hard_link(f.p("full"), f.p("dirlink"))),
+        Some(libc::EPERM)
+    );
+    std::fs::remove_dir(f.p("full/sub")).unwrap();
+    std::fs::remove_dir(f.p("full")).unwrap();
+    std::fs::remove_dir(f.p("empty")).unwrap();
+    // renameat2: RENAME_NOREPLACE refuses an existing target and leaves both files alone;
+    // RENAME_EXCHANGE is not supported and says so.
+    let rename2 = |from: &str, to: &str, flags: libc::c_uint| -> Option<i32> {
+        let (from, to) = (c_path(&f.p(from)), c_path(&f.p(to)));
+        let rc = unsafe {
+            libc::renameat2(
+                libc::AT_FDCWD,
+                from.as_ptr(),
+                libc::AT_FDCWD,
+                to.as_ptr(),
+                flags,
+            )
+        };
+        (rc != 0).then(|| std::io::Error::last_os_error().raw_os_error().unwrap())
+    };
+    std::fs::write(f.p("keep"), b"keep me").unwrap();
+    assert_eq!(
+        rename2("moved/old", "keep", libc::RENAME_NOREPLACE),
+        Some(libc::EEXIST)
+    );
+    assert_eq!(std::fs::read(f.p("keep")).unwrap(), b"keep me");
+    assert_eq!(std::fs::read(f.p("moved/old")).unwrap(), b"new contents");
+    assert_eq!(rename2("keep", "kept", libc::RENAME_NOREPLACE), None);
+    assert_eq!(std::fs::read(f.p("kept")).unwrap(), b"keep me");
+    assert!(!f.p("keep").exists());
+    assert_eq!(
+        rename2("kept", "moved/old", libc::RENAME_EXCHANGE),
+        Some(libc::EINVAL)
+    );
+    std::fs::remove_file(f.p("kept")).unwrap();
+
+    std::fs::remove_file(&a).unwrap();
+    assert_eq!(std::fs::metadata(f.p("moved/b")).unwrap().nlink(), 1);
+
+    f.remount(&[]);
+    assert_eq!(std::fs::read(f.p("moved/b")).unwrap(), b"first second");
+    assert_eq!(std::fs::metadata(f.p("moved/b")).unwrap().nlink(), 1);
+    assert_eq!(std::fs::read(f.p("moved/old")).unwrap(), b"new contents");
+    assert_eq!(
+        std::fs::read_link(f.p("dangling")).unwrap(),
+        Path::new("/no/such/target")
+    );
+    assert_eq!(std::fs::read_link(f.p("sym")).unwrap(), Path::new("dir/b"));
+    let mut names: Vec<_> = std::fs::read_dir(&f.mnt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["dangling", "fifo", "moved", "null", "socket", "sym"]
+    );
+    use std::os::unix::fs::FileTypeExt;
+    let kind = |name: &str| std::fs::symlink_metadata(f.p(name)).unwrap();
+    assert!(kind("fifo").file_type().is_fifo());
+    assert!(kind("socket").file_type().is_socket());
+    assert!(kind("null").file_type().is_char_device());
+    assert_eq!(kind("null").rdev(), libc::makedev(1, 3));
+}
+
+#[test]
+fn unlinked_open_file_stays_readable_and_its_space_is_released_after_close() {
+    let mut f = Fixture::new("unlink");
+    let doomed = text_like(111, (3 << 20) + 17);
+    let victim = random_bytes(112, (2 << 20) + 5);
+    let replacement = text_like(113, 100_000);
+    std::fs::write(f.p("doomed"), &doomed).unwrap();
+    std::fs::write(f.p("victim"), &victim).unwrap();
+    fsync_tree(&f.mnt);
+    // With a cold page cache, reads through the descriptors below reach the daemon.
+    f.remount(&[]);
+
+    let mut file = File::open(f.p("doomed")).unwrap();
+    std::fs::remove_file(f.p("doomed")).unwrap();
+    assert!(!f.p("doomed").exists());
+    let mut got = Vec::new();
+    file.read_to_end(&mut got).unwrap();
+    assert_bytes_eq(&got, &doomed, "read through the unlinked file's descriptor");
+    file.seek(SeekFrom::Start(RECORD as u64 + 5)).unwrap();
+    let mut some = [0u8; 100];
+    file.read_exact(&mut some).unwrap();
+    assert_eq!(&some[..], &doomed[RECORD + 5..RECORD + 105]);
+
+    // Renaming over an open file leaves the descriptor on the old contents.
+    let old = File::open(f.p("victim")).unwrap();
+    std::fs::write(f.p("replacement"), &replacement).unwrap();
+    std::fs::rename(f.p("replacement"), f.p("victim")).unwrap();
+    let mut got = vec![0u8; victim.len()];
+    old.read_exact_at(&mut got, 0).unwrap();
+    assert_bytes_eq(&got, &victim, "read through the replaced file's descriptor");
+    assert_file_eq(&f.p("victim"), &replacement);
+    let names: Vec<_> = std::fs::read_dir(&f.mnt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["victim"]);
+
+    File::open(f.p("victim")).unwrap().sync_all().unwrap();
+    let all = (doomed.len() + victim.len() + replacement.len()) as u64;
+    assert_eq!(
+        f.status()["logical_bytes"],
+        all,
+        "released while still open"
+    );
+    drop((file, old));
+    // The kernel sends the release after close() returns.
+    let released = wait_until(Duration::from_secs(20), || {
+        f.status()["logical_bytes"] == replacement.len() as u64
+    });
+    assert!(
+        released,
+        "space not released after the last close: {}",
+        f.status()
+    );
+    let s = f.status();
+    assert!(
+        s["garbage_bytes"].as_u64().unwrap() >= victim.len() as u64,
+        "{s}"
+    );
+    let out = f.presso_on_mount(&["gc", "--json"]).ok();
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        report["bytes_removed"].as_u64().unwrap() >= victim.len() as u64,
+        "{report}"
+    );
+    let after = f.status();
+    assert!(
+        after["disk_bytes"].as_u64().unwrap() < s["disk_bytes"].as_u64().unwrap(),
+        "gc left the disk usage as it was: {after}"
+    );
+    assert_file_eq(&f.p("victim"), &replacement);
+
+    f.remount(&[]);
+    assert_eq!(f.status()["logical_bytes"], replacement.len() as u64);
+    assert_file_eq(&f.p("victim"), &replacement);
+}

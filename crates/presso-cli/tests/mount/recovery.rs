@@ -1,0 +1,128 @@
+//! Crash recovery: `kill -9` of the daemon keeps every fsynced byte.
+
+use std::fs::File;
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::common::*;
+
+/// The contents the crash test appends: chunk `i` of an odd size.
+fn chunk(i: u64) -> Vec<u8> {
+    let mut c = text_like(i, 70_001);
+    c[..8].copy_from_slice(&i.to_le_bytes());
+    c
+}
+
+#[test]
+fn kill_9_of_the_daemon_keeps_every_fsynced_byte() {
+    require_tool("fusermount3", "fuse3");
+    let mut f = Fixture::unmounted("kill9", &[]);
+    let log = File::create(f.scratch("daemon.log")).unwrap();
+    let child = std::process::Command::new(presso_bin())
+        .arg("mount")
+        .arg("-f")
+        .arg(&f.pool)
+        .arg(&f.mnt)
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("start `presso mount -f`");
+    let mut daemon = KillOnDrop(child);
+    f.set_mounted(true);
+    assert!(
+        wait_until(Duration::from_secs(30), || is_mounted(&f.mnt)),
+        "`presso mount -f` did not mount"
+    );
+
+    // A file unlinked while open when the daemon dies: the next mount removes it.
+    std::fs::write(f.p("orphan"), text_like(99, 1 << 20)).unwrap();
+    let orphan = File::open(f.p("orphan")).unwrap();
+    orphan.sync_all().unwrap();
+    std::fs::remove_file(f.p("orphan")).unwrap();
+
+    let synced = Arc::new(AtomicU64::new(0));
+    let path = f.p("log.bin");
+    let writer = {
+        let (synced, path) = (synced.clone(), path.clone());
+        std::thread::spawn(move || -> std::io::Error {
+            let mut file = match File::create(&path) {
+                Ok(file) => file,
+                Err(e) => return e,
+            };
+            let mut len = 0u64;
+            for i in 0.. {
+                let c = chunk(i);
+                if let Err(e) = file.write_all(&c) {
+                    return e;
+                }
+                len += c.len() as u64;
+                if i % 8 == 7 {
+                    if let Err(e) = file.sync_all() {
+                        return e;
+                    }
+                    synced.store(len, Ordering::SeqCst);
+                }
+            }
+            unreachable!()
+        })
+    };
+    assert!(
+        wait_until(Duration::from_secs(60), || synced.load(Ordering::SeqCst)
+            >= 6 << 20),
+        "the writer did not get 6 MB fsynced in time"
+    );
+    // SAFETY: signalling our own child.
+    assert_eq!(
+        unsafe { libc::kill(daemon.0.id() as i32, libc::SIGKILL) },
+        0
+    );
+    let status = daemon.0.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(libc::SIGKILL)
+    );
+    let error = writer.join().expect("writer thread");
+    eprintln!("the writer stopped with: {error}");
+    let synced = synced.load(Ordering::SeqCst);
+
+    tool("fusermount3", &[&"-uz", &f.mnt]).ok();
+    f.set_mounted(false);
+    assert!(!is_mounted(&f.mnt));
+    // At once: the dead daemon's lock is gone with it.
+    f.mount(&[]);
+    let data = std::fs::read(&path).unwrap();
+    assert!(
+        data.len() as u64 >= synced,
+        "{} bytes survived, {synced} were fsynced",
+        data.len()
+    );
+    let mut expected = Vec::with_capacity(data.len() + 70_001);
+    let mut i = 0;
+    while (expected.len() as u64) < synced {
+        expected.extend(chunk(i));
+        i += 1;
+    }
+    assert_eq!(expected.len() as u64, synced);
+    assert_bytes_eq(&data[..synced as usize], &expected, "the fsynced prefix");
+    drop(orphan);
+    let log = std::fs::read_to_string(f.pool.join("presso.log")).unwrap();
+    // The orphan's 1 MiB in 128K records.
+    assert!(
+        log.contains(": 8 records of files unlinked while open removed"),
+        "presso.log: {log}"
+    );
+    let logical = f.status()["logical_bytes"].as_u64().unwrap();
+    assert!(
+        logical <= data.len() as u64,
+        "the orphan is still counted: {logical}"
+    );
+
+    let out = f.presso_on_mount(&["scrub", "--json"]).ok();
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["damaged"], serde_json::json!([]), "{report}");
+    assert_eq!(report["damaged_entries"], serde_json::json!([]), "{report}");
+    assert!(report["records_checked"].as_u64().unwrap() > 0, "{report}");
+}

@@ -1,0 +1,248 @@
+//! Disk space: a full disk gives ENOSPC and the pool recovers, overwrites reclaim their space,
+//! and online garbage collection runs while writers rewrite files.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::common::*;
+
+/// An ext4 image loop-mounted for one test; unmounted and its loop device detached on drop.
+struct LoopMount {
+    image: PathBuf,
+    dir: PathBuf,
+}
+
+impl LoopMount {
+    fn new(image: PathBuf, dir: PathBuf, megabytes: u64) -> LoopMount {
+        File::create(&image)
+            .unwrap()
+            .set_len(megabytes << 20)
+            .unwrap();
+        tool("mkfs.ext4", &[&"-q", &"-F", &"-m", &"0", &image]).ok();
+        std::fs::create_dir_all(&dir).unwrap();
+        let guard = LoopMount { image, dir };
+        tool("mount", &[&"-o", &"loop", &guard.image, &guard.dir]).ok();
+        guard
+    }
+}
+
+impl Drop for LoopMount {
+    fn drop(&mut self) {
+        let run = |program: &str, args: &[&std::ffi::OsStr]| {
+            std::process::Command::new(program)
+                .args(args)
+                .stdin(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        // The daemon may still be closing its files for a moment after it let go of its lock.
+        let unmounted = wait_until(Duration::from_secs(10), || {
+            !is_mounted(&self.dir) || run("umount", &[self.dir.as_os_str()])
+        });
+        if !unmounted {
+            run("umount", &["-l".as_ref(), self.dir.as_os_str()]);
+        }
+        // `mount -o loop` detaches on unmount; detach explicitly if that did not happen.
+        if let Ok(out) = std::process::Command::new("losetup")
+            .arg("-j")
+            .arg(&self.image)
+            .output()
+        {
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                if let Some((dev, _)) = line.split_once(':') {
+                    run("losetup", &["-d".as_ref(), dev.as_ref()]);
+                }
+            }
+        }
+    }
+}
+
+/// A pool with property `prop` on a fresh `megabytes` MB ext4 image, mounted. Drop the fixture,
+/// then the disk, then the scratch directory.
+fn pool_on_small_disk(
+    name: &str,
+    megabytes: u64,
+    prop: &str,
+) -> (tempfile::TempDir, LoopMount, Fixture) {
+    require_root("it makes and loop-mounts an ext4 image");
+    require_tool("mkfs.ext4", "e2fsprogs");
+    require_tool("losetup", "mount");
+    let scratch = scratch_dir(name);
+    let disk = LoopMount::new(
+        scratch.path().join("disk.img"),
+        scratch.path().join("disk"),
+        megabytes,
+    );
+    let mut f = Fixture::create_in(
+        disk.dir.join("pool"),
+        scratch.path().join("mnt"),
+        None,
+        &[prop],
+    );
+    f.mount(&[]);
+    (scratch, disk, f)
+}
+
+#[test]
+fn a_full_disk_gives_enospc_and_the_pool_recovers() {
+    let (_scratch, disk, mut f) = pool_on_small_disk("enospc", 96, "compression=lz4");
+
+    // Incompressible files until the disk is full.
+    let contents = |i: u64| random_bytes(900 + i, (1 << 20) + 4099 * i as usize);
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let mnt = f.mnt.clone();
+    std::thread::spawn(move || {
+        let mut written = Vec::new();
+        let failure = (|| {
+            for i in 0..400u64 {
+                let mut file = File::create(mnt.join(format!("f{i}")))?;
+                file.write_all(&contents(i))?;
+                file.sync_all()?;
+                written.push(i);
+            }
+            Ok(())
+        })();
+        let _ = done_tx.send((written, failure));
+    });
+    let (written, failure): (Vec<u64>, std::io::Result<()>) = done_rx
+        .recv_timeout(Duration::from_secs(120))
+        .expect("writing to a full disk hangs");
+    let error = failure.expect_err("400 MB fitted on a 96 MB disk");
+    assert_eq!(
+        error.raw_os_error(),
+        Some(libc::ENOSPC),
+        "a full disk should fail with ENOSPC, got {error}"
+    );
+    assert!(written.len() >= 4, "only {} files fitted", written.len());
+    for &i in &written {
+        assert_file_eq(&f.p(&format!("f{i}")), &contents(i));
+    }
+
+    // Free space: remove the file that failed and two good files in three, then collect.
+    let failed = f.p(&format!("f{}", written.last().unwrap() + 1));
+    if failed.exists() {
+        std::fs::remove_file(&failed).unwrap();
+    }
+    let (gone, kept): (Vec<u64>, Vec<u64>) = written.iter().partition(|&&i| i % 3 != 0);
+    for i in &gone {
+        if let Err(e) = std::fs::remove_file(f.p(&format!("f{i}"))) {
+            let df = tool("df", &[&"-B1", &disk.dir]).stdout;
+            panic!("cannot delete a file to free space: {e}\n{df}");
+        }
+    }
+    let out = f.presso_on_mount(&["gc", "--json"]).ok();
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        report["bytes_removed"].as_u64().unwrap() > 0,
+        "gc freed nothing: {report}"
+    );
+    for &i in &kept {
+        assert_file_eq(&f.p(&format!("f{i}")), &contents(i));
+    }
+    // New writes fit again.
+    let fresh = random_bytes(5, 3 << 20);
+    let mut file = File::create(f.p("after-gc")).expect("create after gc");
+    file.write_all(&fresh).expect("write after gc");
+    file.sync_all().expect("fsync after gc");
+    drop(file);
+
+    f.remount(&[]);
+    for &i in &kept {
+        assert_file_eq(&f.p(&format!("f{i}")), &contents(i));
+    }
+    assert_file_eq(&f.p("after-gc"), &fresh);
+    let out = f.presso_on_mount(&["scrub"]);
+    out.ok();
+    f.unmount();
+    drop(f);
+    drop(disk);
+}
+
+#[test]
+fn overwrites_on_a_small_disk_reclaim_their_space_automatically() {
+    let (_scratch, disk, mut f) = pool_on_small_disk("reclaim", 256, "compression=off");
+    // Eight generations of a 40 MiB file overwritten in place: 320 MiB through a 256 MB disk
+    // that also keeps 64 MiB free. Only collecting the old generations makes room.
+    let path = f.p("table.db");
+    let mut last = Vec::new();
+    for generation in 0..8u64 {
+        let data = random_bytes(700 + generation, 40 << 20);
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .unwrap();
+        if let Err(e) = file.write_all(&data).and_then(|()| file.sync_all()) {
+            let df = tool("df", &[&"-B1", &disk.dir]).stdout;
+            panic!("generation {generation}: {e}\n{df}\n{}", f.status());
+        }
+        drop(file);
+        last = data;
+    }
+    let log = std::fs::read_to_string(f.pool.join("presso.log")).unwrap();
+    assert!(
+        log.contains("presso: reclaimed"),
+        "no automatic collection:\n{log}"
+    );
+    f.remount(&[]);
+    assert_file_eq(&path, &last);
+    f.presso_on_mount(&["scrub"]).ok();
+    f.unmount();
+    drop(f);
+    drop(disk);
+}
+
+#[test]
+fn online_gc_while_writers_rewrite_files() {
+    let mut f = Fixture::new("gcrace");
+    let files = 4;
+    let size = 2 << 20;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for t in 0..files {
+        let (stop, path) = (stop.clone(), f.p(&format!("w{t}")));
+        writers.push(std::thread::spawn(move || -> Vec<u8> {
+            let mut current = text_like(160 + t, size);
+            std::fs::write(&path, &current).unwrap();
+            let file = OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(&path)
+                .unwrap();
+            let mut rng = Rng::new(170 + t);
+            let mut round = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                let off = rng.below((size - 200_000) as u64) as usize;
+                let patch = text_like(1000 * t + round, rng.range(1, 200_000) as usize);
+                file.write_all_at(&patch, off as u64).unwrap();
+                current[off..off + patch.len()].copy_from_slice(&patch);
+                round += 1;
+                if round.is_multiple_of(5) {
+                    file.sync_all().unwrap();
+                }
+            }
+            file.sync_all().unwrap();
+            current
+        }));
+    }
+    for _ in 0..25 {
+        f.presso_on_mount(&["gc", "--min-live", "100%"]).ok();
+    }
+    stop.store(true, Ordering::SeqCst);
+    let contents: Vec<Vec<u8>> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+    for (t, data) in contents.iter().enumerate() {
+        assert_file_eq(&f.p(&format!("w{t}")), data);
+    }
+    f.presso_on_mount(&["scrub"]).ok();
+    f.remount(&[]);
+    for (t, data) in contents.iter().enumerate() {
+        assert_file_eq(&f.p(&format!("w{t}")), data);
+    }
+    f.presso_on_mount(&["scrub"]).ok();
+}
