@@ -370,9 +370,9 @@ impl Fs {
         self.handles.clear();
     }
 
-    /// The inode of test id `id`.
-    pub fn ino_of(&self, id: u64) -> u64 {
-        self.inos[&id]
+    /// The inode of test id `id`, while it has one.
+    pub fn ino_of(&self, id: u64) -> Option<u64> {
+        self.inos.get(&id).copied()
     }
 
     /// The test id of inode `ino`.
