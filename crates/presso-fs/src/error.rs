@@ -52,6 +52,17 @@ pub enum FsError {
     /// A previous asynchronous write of this file failed (reported once, like Linux).
     #[error("an earlier write of this file failed (errno {0})")]
     Deferred(i32),
+    /// The pool is closing: no more commits.
+    #[error("the pool is closing")]
+    Closing,
+    /// A transaction group failed to commit; its ops stay queued for the next one.
+    #[error("transaction group {group} failed to commit: {source}")]
+    Commit {
+        /// The group.
+        group: u64,
+        /// Why.
+        source: std::sync::Arc<FsError>,
+    },
     /// An I/O error outside the store (pool directory, lock, control socket).
     #[error("{context}: {source}")]
     Io {
@@ -79,6 +90,8 @@ impl FsError {
             FsError::Invalid(_) => libc::EINVAL,
             FsError::Unsupported(_) => libc::EOPNOTSUPP,
             FsError::Deferred(errno) => *errno,
+            FsError::Closing => libc::EIO,
+            FsError::Commit { source, .. } => source.errno(),
             FsError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
         }
     }

@@ -71,7 +71,7 @@ pub fn gc(pool: &Pool, min_live: f64, progress: &mut dyn FnMut(Progress)) -> Res
             let mut moved = r.rec.clone();
             moved.segment = loc.segment;
             moved.offset = loc.offset;
-            pool.queue(
+            pool.txgs().queue(
                 TxgOp::MoveRecord {
                     ino: r.ino,
                     index: r.index,

@@ -226,20 +226,16 @@ impl Vfs {
                     }
                 });
         }
-        let before = Arc::downgrade(&vfs);
-        let after = Arc::downgrade(&vfs);
-        pool.set_hooks(
-            move |_| {
-                if let Some(vfs) = before.upgrade() {
-                    vfs.queue_sizes();
+        let events = pool.txgs().events();
+        let weak = Arc::downgrade(&vfs);
+        let _ = std::thread::Builder::new()
+            .name("presso-committed".into())
+            .spawn(move || {
+                for group in events {
+                    let Some(vfs) = weak.upgrade() else { return };
+                    vfs.committed(&group.tags, group.number);
                 }
-            },
-            move |tags, number| {
-                if let Some(vfs) = after.upgrade() {
-                    vfs.committed(tags, number);
-                }
-            },
-        );
+            });
         let weak = Arc::downgrade(&vfs);
         let _ = std::thread::Builder::new()
             .name("presso-flush".into())
@@ -659,6 +655,7 @@ impl Vfs {
         for node in &nodes {
             drop(wait_compressed(node));
         }
+        self.queue_sizes();
         self.pool.commit(true)
     }
 
@@ -912,7 +909,7 @@ impl Vfs {
             let mut clear: Vec<u64> = clear.into_iter().collect();
             clear.sort_unstable();
             for index in clear {
-                st.queued_in = self.pool.queue(
+                st.queued_in = self.pool.txgs().queue(
                     TxgOp::ClearRecord {
                         ino: node.ino,
                         index,
@@ -1193,7 +1190,7 @@ impl Vfs {
     /// Queues the file's size; with `clearing`, the op's commit ends the truncate of that
     /// generation (see `FileState::cleared_from`).
     fn queue_size_tagged(&self, node: &FileNode, st: &mut FileState, clearing: Option<u64>) {
-        st.queued_in = self.pool.queue(
+        st.queued_in = self.pool.txgs().queue(
             TxgOp::SetSize {
                 ino: node.ino,
                 size: st.size,
@@ -1277,6 +1274,8 @@ impl Vfs {
             };
             self.submit(&node, jobs);
         }
+        // Sizes reach the metadata with the next group after this tick.
+        self.queue_sizes();
         self.check_space();
         let mut samples = self.samples.lock();
         samples.push((
@@ -1436,7 +1435,7 @@ fn completed(
                 },
             };
             st.overlay.insert(index, Slot::Stored { generation, rec });
-            st.queued_in = pool.queue(
+            st.queued_in = pool.txgs().queue(
                 op,
                 Some(OpTag {
                     ino: node.ino,

@@ -19,12 +19,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use presso_codec::frame::FrameHeader;
 use presso_codec::{Encoded, Engine, EngineConfig, Offload};
 use presso_meta::{MetaStore, RecordRef, TxgOp, POOL_INO};
@@ -32,6 +32,10 @@ use presso_store::{FsDir, Location, Store, StoreConfig, StorageDir, ENTRY_HEADER
 
 use crate::error::{FsError, Result};
 use crate::props;
+
+mod txg;
+
+pub use txg::{Committed, Group, OpTag, Txgs};
 
 /// Frames up to this many bytes are kept inline in the metadata instead of a segment (ZFS embeds
 /// up to 112 bytes in a block pointer).
@@ -60,36 +64,6 @@ impl Default for PoolOptions {
     }
 }
 
-/// Identifies a queued op for the file layer's bookkeeping when its group commits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OpTag {
-    /// File.
-    pub ino: u64,
-    /// Record index.
-    pub index: u64,
-    /// The file layer's generation of that record's contents.
-    pub generation: u64,
-}
-
-type CommitHook = Box<dyn Fn(&[OpTag], u64) + Send + Sync>;
-type PrepareHook = Box<dyn Fn(&Pool) + Send + Sync>;
-
-#[derive(Default)]
-struct TxgState {
-    ops: Vec<TxgOp>,
-    tags: Vec<OpTag>,
-    /// Number of the open group; `committed` is the last one that reached the metadata.
-    open: u64,
-    committed: u64,
-    requested: u64,
-    durable: bool,
-    /// The last failure and the group it hit.
-    error: Option<(u64, String, i32)>,
-    shutdown: bool,
-    /// Stopped without committing what is queued ([`Pool::halt`]).
-    halted: bool,
-}
-
 /// Counters of the pool's own events (the engine keeps its own).
 #[derive(Debug, Default)]
 pub struct PoolCounters {
@@ -115,11 +89,8 @@ pub struct Pool {
     meta: MetaStore,
     engine: Engine,
     options: PoolOptions,
-    txg: Mutex<TxgState>,
-    txg_changed: Condvar,
+    txgs: Txgs,
     committer: Mutex<Option<JoinHandle<()>>>,
-    on_commit: OnceLock<CommitHook>,
-    before_commit: OnceLock<PrepareHook>,
     counters: PoolCounters,
     opened: Instant,
     maintenance: Mutex<()>,
@@ -242,14 +213,8 @@ impl Pool {
             meta,
             engine,
             options,
-            txg: Mutex::new(TxgState {
-                open: 1,
-                ..TxgState::default()
-            }),
-            txg_changed: Condvar::new(),
+            txgs: Txgs::default(),
             committer: Mutex::new(None),
-            on_commit: OnceLock::new(),
-            before_commit: OnceLock::new(),
             counters: PoolCounters::default(),
             opened: Instant::now(),
             maintenance: Mutex::new(()),
@@ -301,18 +266,6 @@ impl Pool {
     /// The options the pool was opened with.
     pub fn options(&self) -> &PoolOptions {
         &self.options
-    }
-
-    /// Registers the file layer's hooks: `before` runs on the commit thread just before a group
-    /// closes (to queue pending file sizes); `after` gets the tags of the ops of each committed
-    /// group and its number. Set once.
-    pub fn set_hooks(
-        &self,
-        before: impl Fn(&Pool) + Send + Sync + 'static,
-        after: impl Fn(&[OpTag], u64) + Send + Sync + 'static,
-    ) {
-        let _ = self.before_commit.set(Box::new(before));
-        let _ = self.on_commit.set(Box::new(after));
     }
 
     /// Effective value of property `name` for inode `ino` (inherited; the table default if
@@ -454,63 +407,33 @@ impl Pool {
         }
     }
 
-    /// Queues `op` in the open transaction group and returns that group's number.
-    pub fn queue(&self, op: TxgOp, tag: Option<OpTag>) -> u64 {
-        let mut txg = self.txg.lock();
-        txg.ops.push(op);
-        if let Some(tag) = tag {
-            txg.tags.push(tag);
-        }
-        if txg.ops.len() == 1 {
-            self.txg_changed.notify_all();
-        }
-        txg.open
+    /// The transaction groups: queue ops there, ask for commits, learn what committed.
+    pub fn txgs(&self) -> &Txgs {
+        &self.txgs
     }
 
     /// Closes the open transaction group now and waits until it (and everything queued before
     /// this call) is committed; with `durable`, also durable against power loss.
     pub fn commit(&self, durable: bool) -> Result<()> {
-        let mut txg = self.txg.lock();
-        let target = txg.open;
-        txg.requested = txg.requested.max(target);
-        txg.durable |= durable;
-        self.txg_changed.notify_all();
-        while txg.committed < target {
-            if txg.shutdown {
-                return Err(FsError::Invalid("the pool is closing".into()));
-            }
-            self.txg_changed.wait(&mut txg);
-        }
-        // A failed group keeps its ops for the next one: the failure stands until a later
-        // group commits them.
-        match &txg.error {
-            Some((at, message, errno)) if *at >= target => Err(commit_error(message, *errno)),
-            _ => Ok(()),
-        }
+        self.txgs.commit(durable)
     }
 
-    /// Commits everything, stops the commit thread and waits for the engine. The pool stays
-    /// readable; further writes fail.
+    /// Commits everything, stops the commit thread, waits for the engine and releases the pool
+    /// lock. The pool stays readable; further writes fail.
     pub fn close(&self) -> Result<()> {
         self.engine.wait_idle();
         let result = self.commit(true);
-        self.txg.lock().shutdown = true;
-        self.txg_changed.notify_all();
+        self.txgs.shut_down();
         if let Some(handle) = self.committer.lock().take() {
             let _ = handle.join();
         }
         result.and(self.store.close().map_err(FsError::from))
     }
 
-    /// Stops the commit thread at once, committing nothing more: what a killed daemon leaves
-    /// behind (for crash tests). Queued ops are dropped.
+    /// Stops the commit thread at once, committing nothing more, and releases the pool lock:
+    /// what a killed daemon leaves behind (for crash tests). Queued ops are dropped.
     pub fn halt(&self) {
-        {
-            let mut txg = self.txg.lock();
-            txg.shutdown = true;
-            txg.halted = true;
-        }
-        self.txg_changed.notify_all();
+        self.txgs.halt();
         if let Some(handle) = self.committer.lock().take() {
             let _ = handle.join();
         }
@@ -537,8 +460,7 @@ impl Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        self.txg.lock().shutdown = true;
-        self.txg_changed.notify_all();
+        self.txgs.shut_down();
     }
 }
 
@@ -552,17 +474,6 @@ fn refresh_live(store: &Store, meta: &MetaStore) -> Result<()> {
         store.set_live_bytes(segment, live)?;
     }
     Ok(())
-}
-
-fn commit_error(message: &str, errno: i32) -> FsError {
-    if errno == libc::ENOSPC {
-        FsError::NoSpace
-    } else {
-        FsError::io(
-            "transaction group commit failed",
-            std::io::Error::other(message.to_string()),
-        )
-    }
 }
 
 fn pool_prop(meta: &MetaStore, name: &str) -> Result<String> {
@@ -584,74 +495,18 @@ pub fn location(rec: &RecordRef) -> Location {
 fn commit_loop(pool: std::sync::Weak<Pool>) {
     loop {
         let Some(pool) = pool.upgrade() else { return };
-        // Wait for work: a request, or queued ops older than the interval.
-        let interval = pool.options.txg_interval;
-        let deadline = Instant::now() + interval;
-        {
-            let mut txg = pool.txg.lock();
-            loop {
-                if txg.requested >= txg.open {
-                    break;
-                }
-                if txg.halted || (txg.shutdown && txg.ops.is_empty()) {
-                    return;
-                }
-                let now = Instant::now();
-                if now >= deadline {
-                    break;
-                }
-                pool.txg_changed.wait_for(&mut txg, deadline - now);
-            }
-        }
-        // Let the file layer queue sizes of files written in this group.
-        if let Some(hook) = pool.before_commit.get() {
-            hook(&pool);
-        }
-        let (number, ops, tags, durable) = {
-            let mut txg = pool.txg.lock();
-            if txg.halted {
+        let Some(group) = pool.txgs.next_group(pool.options.txg_interval) else {
+            return;
+        };
+        let result = pool.commit_group(&group.ops, group.durable);
+        let failed = result.is_err();
+        pool.txgs.finish(group, result);
+        if failed {
+            if pool.store.is_failed() {
                 return;
             }
-            let number = txg.open;
-            txg.open += 1;
-            let durable = std::mem::take(&mut txg.durable);
-            (
-                number,
-                std::mem::take(&mut txg.ops),
-                std::mem::take(&mut txg.tags),
-                durable,
-            )
-        };
-        let result = pool.commit_group(&ops, durable);
-        match result {
-            Ok(()) => {
-                if let Some(hook) = pool.on_commit.get() {
-                    hook(&tags, number);
-                }
-                let mut txg = pool.txg.lock();
-                txg.committed = number;
-                pool.txg_changed.notify_all();
-            }
-            Err(e) => {
-                // Put the ops back in front, in order: the frames they name are appended, and
-                // applying them later is still correct. Waiters of this group see the error.
-                let mut txg = pool.txg.lock();
-                let mut back = ops;
-                back.append(&mut txg.ops);
-                txg.ops = back;
-                let mut back_tags = tags;
-                back_tags.append(&mut txg.tags);
-                txg.tags = back_tags;
-                txg.error = Some((number, e.to_string(), e.errno()));
-                txg.committed = number;
-                pool.txg_changed.notify_all();
-                drop(txg);
-                if pool.store.is_failed() {
-                    return;
-                }
-                // Avoid a hot loop while the cause (a full disk) persists.
-                std::thread::sleep(Duration::from_millis(200));
-            }
+            // Avoid a hot loop while the cause (a full disk) persists.
+            std::thread::sleep(Duration::from_millis(200));
         }
         drop(pool);
     }

@@ -1,0 +1,198 @@
+//! Transaction groups: the metadata ops waiting for the next commit, the numbering of groups,
+//! the waiting of those who need a group committed, and the report of what each group committed.
+//!
+//! The commit thread (in the pool) takes the open group with [`Txgs::next_group`], commits it
+//! and hands the outcome back with [`Txgs::finish`]. Nothing here calls up into the layers above:
+//! they learn what committed from the [`Committed`] events of [`Txgs::events`].
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use parking_lot::{Condvar, Mutex};
+use presso_meta::TxgOp;
+
+use crate::error::{FsError, Result};
+
+/// Identifies a queued op for its queuer's bookkeeping when its group commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpTag {
+    /// File.
+    pub ino: u64,
+    /// Record index (or a marker the queuer chose).
+    pub index: u64,
+    /// The queuer's generation of that record's contents.
+    pub generation: u64,
+}
+
+/// What one group committed: its number and the tags of its ops.
+#[derive(Debug, Clone)]
+pub struct Committed {
+    /// The group's number.
+    pub number: u64,
+    /// Tags of the group's tagged ops, in queue order.
+    pub tags: Vec<OpTag>,
+}
+
+/// A closed group, handed to the commit thread.
+#[derive(Debug)]
+pub struct Group {
+    /// Its number.
+    pub number: u64,
+    /// Its ops, in queue order.
+    pub ops: Vec<TxgOp>,
+    tags: Vec<OpTag>,
+    /// Whether someone asked for durability against power loss.
+    pub durable: bool,
+}
+
+#[derive(Default)]
+struct State {
+    ops: Vec<TxgOp>,
+    tags: Vec<OpTag>,
+    /// Number of the open group; `committed` is the last one that was closed (committed or
+    /// failed: see `error`).
+    open: u64,
+    committed: u64,
+    requested: u64,
+    durable: bool,
+    /// The last failure and the group it hit.
+    error: Option<(u64, Arc<FsError>)>,
+    shutdown: bool,
+    /// Stopped without committing what is queued.
+    halted: bool,
+}
+
+/// The transaction groups of one pool.
+pub struct Txgs {
+    state: Mutex<State>,
+    changed: Condvar,
+    events: (Sender<Committed>, Receiver<Committed>),
+}
+
+impl Default for Txgs {
+    fn default() -> Self {
+        Txgs {
+            state: Mutex::new(State {
+                open: 1,
+                ..State::default()
+            }),
+            changed: Condvar::new(),
+            events: unbounded(),
+        }
+    }
+}
+
+impl Txgs {
+    /// Queues `op` in the open group and returns that group's number.
+    pub fn queue(&self, op: TxgOp, tag: Option<OpTag>) -> u64 {
+        let mut st = self.state.lock();
+        st.ops.push(op);
+        if let Some(tag) = tag {
+            st.tags.push(tag);
+        }
+        if st.ops.len() == 1 {
+            self.changed.notify_all();
+        }
+        st.open
+    }
+
+    /// Closes the open group now and waits until it (and everything queued before this call)
+    /// is committed; with `durable`, also durable against power loss.
+    pub fn commit(&self, durable: bool) -> Result<()> {
+        let mut st = self.state.lock();
+        let target = st.open;
+        st.requested = st.requested.max(target);
+        st.durable |= durable;
+        self.changed.notify_all();
+        while st.committed < target {
+            if st.shutdown {
+                return Err(FsError::Closing);
+            }
+            self.changed.wait(&mut st);
+        }
+        // A failed group keeps its ops for the next one: the failure stands until a later
+        // group commits them.
+        match &st.error {
+            Some((at, error)) if *at >= target => Err(FsError::Commit {
+                group: *at,
+                source: error.clone(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Every group's [`Committed`] report, in order (one receiver per caller; each report goes
+    /// to one of them).
+    pub fn events(&self) -> Receiver<Committed> {
+        self.events.1.clone()
+    }
+
+    /// Waits until the open group should close (someone asked, or it is older than `interval`)
+    /// and closes it; `None` once the thread should stop.
+    pub fn next_group(&self, interval: Duration) -> Option<Group> {
+        let deadline = Instant::now() + interval;
+        let mut st = self.state.lock();
+        loop {
+            if st.halted || (st.shutdown && st.ops.is_empty()) {
+                return None;
+            }
+            if st.requested >= st.open {
+                break;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            self.changed.wait_for(&mut st, deadline - now);
+        }
+        let number = st.open;
+        st.open += 1;
+        Some(Group {
+            number,
+            ops: std::mem::take(&mut st.ops),
+            tags: std::mem::take(&mut st.tags),
+            durable: std::mem::take(&mut st.durable),
+        })
+    }
+
+    /// The outcome of committing `group`: on success its report goes out; on failure its ops go
+    /// back in front of the queue, in order (the frames they name are appended, and applying
+    /// them later is still correct), and its waiters get the error.
+    pub fn finish(&self, group: Group, result: Result<()>) {
+        let mut st = self.state.lock();
+        match result {
+            Ok(()) => {
+                let _ = self.events.0.send(Committed {
+                    number: group.number,
+                    tags: group.tags,
+                });
+            }
+            Err(e) => {
+                let mut ops = group.ops;
+                ops.append(&mut st.ops);
+                st.ops = ops;
+                let mut tags = group.tags;
+                tags.append(&mut st.tags);
+                st.tags = tags;
+                st.error = Some((group.number, Arc::new(e)));
+            }
+        }
+        st.committed = group.number;
+        self.changed.notify_all();
+    }
+
+    /// No more groups after the queued ones: the thread stops once they are committed.
+    pub fn shut_down(&self) {
+        self.state.lock().shutdown = true;
+        self.changed.notify_all();
+    }
+
+    /// Stop at once, committing nothing more (what a killed daemon leaves).
+    pub fn halt(&self) {
+        let mut st = self.state.lock();
+        st.shutdown = true;
+        st.halted = true;
+        self.changed.notify_all();
+    }
+}
