@@ -1,0 +1,403 @@
+//! The name space: lookups, node creation, links, removal, renames (see [`crate::rename`]),
+//! directory listing, attributes and orphans. Every rule about names and link counts lives here.
+
+use crate::accounting::account_dropped;
+use crate::engine::{Dentry, FileKind, InodeRow, RecordRef, Timespec, Txn, COUNTER_NEXT_INODE};
+use crate::error::{MetaError, Result};
+use crate::{
+    Attr, DirEntry, LinkFate, MetaStore, SetAttr, Unlinked, NAME_MAX, ROOT_INO, SYMLINK_MAX,
+};
+
+pub(crate) fn check_name(name: &[u8]) -> Result<()> {
+    if name.is_empty() {
+        return Err(MetaError::invalid("empty name"));
+    }
+    if name == b"." || name == b".." {
+        return Err(MetaError::invalid("name is . or .."));
+    }
+    if name.iter().any(|&b| b == b'/' || b == 0) {
+        return Err(MetaError::invalid("name contains '/' or NUL"));
+    }
+    if name.len() > NAME_MAX {
+        return Err(MetaError::NameTooLong);
+    }
+    Ok(())
+}
+
+pub(crate) fn inode(tx: &mut dyn Txn, ino: u64) -> Result<InodeRow> {
+    tx.get_inode(ino)?.ok_or(MetaError::NotFound)
+}
+
+pub(crate) fn dir(tx: &mut dyn Txn, ino: u64) -> Result<InodeRow> {
+    let row = inode(tx, ino)?;
+    if row.kind != FileKind::Dir {
+        return Err(MetaError::NotDir);
+    }
+    Ok(row)
+}
+
+fn alloc_ino(tx: &mut dyn Txn) -> Result<u64> {
+    let next = tx.get_counter(COUNTER_NEXT_INODE)?.max(ROOT_INO + 1);
+    tx.set_counter(COUNTER_NEXT_INODE, next + 1)?;
+    Ok(next)
+}
+
+/// Adds `delta` to a directory's link count and stamps its mtime/ctime.
+pub(crate) fn adjust_dir(tx: &mut dyn Txn, ino: u64, delta: i64, now: Timespec) -> Result<()> {
+    let mut row = dir(tx, ino)?;
+    let n = i64::from(row.nlink) + delta;
+    row.nlink = u32::try_from(n).map_err(|_| MetaError::TooManyLinks)?;
+    row.mtime = now;
+    row.ctime = now;
+    tx.put_inode(&row)
+}
+
+/// Removes an inode with everything hanging off it (records, xattrs, properties), returning its
+/// records.
+pub(crate) fn purge(tx: &mut dyn Txn, ino: u64) -> Result<Vec<(u64, RecordRef)>> {
+    let recs = tx.delete_records_from(ino, 0)?;
+    account_dropped(tx, recs.iter().map(|(_, r)| r))?;
+    for name in tx.list_xattrs(ino)? {
+        tx.delete_xattr(ino, &name)?;
+    }
+    for (name, _) in tx.list_props(ino)? {
+        tx.delete_prop(ino, &name)?;
+    }
+    tx.delete_inode(ino)?;
+    Ok(recs)
+}
+
+/// Drops one link of a non-directory whose name was already removed.
+pub(crate) fn drop_link(
+    tx: &mut dyn Txn,
+    mut row: InodeRow,
+    is_open: &dyn Fn(u64) -> bool,
+    now: Timespec,
+) -> Result<Unlinked> {
+    row.nlink = row.nlink.saturating_sub(1);
+    row.ctime = now;
+    let fate = if row.nlink > 0 {
+        tx.put_inode(&row)?;
+        LinkFate::Linked
+    } else if is_open(row.ino) {
+        tx.put_inode(&row)?;
+        LinkFate::Orphaned
+    } else {
+        purge(tx, row.ino)?;
+        LinkFate::Removed
+    };
+    Ok(Unlinked {
+        ino: row.ino,
+        kind: row.kind,
+        fate,
+    })
+}
+
+impl MetaStore {
+    /// Looks a name up in a directory.
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
+        check_name(name)?;
+        self.read(|tx| {
+            dir(tx, parent)?;
+            let d = tx.get_dentry(parent, name)?.ok_or(MetaError::NotFound)?;
+            Ok(Attr::from(&inode(tx, d.ino)?))
+        })
+    }
+
+    /// Attributes of an inode.
+    pub fn getattr(&self, ino: u64) -> Result<Attr> {
+        self.read(|tx| Ok(Attr::from(&inode(tx, ino)?)))
+    }
+
+    /// The parent of a directory (the root is its own parent), for `..`.
+    pub fn dir_parent(&self, ino: u64) -> Result<u64> {
+        self.read(|tx| {
+            let row = dir(tx, ino)?;
+            Ok(if ino == ROOT_INO {
+                ROOT_INO
+            } else {
+                row.parent
+            })
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn make_node(
+        &self,
+        parent: u64,
+        name: &[u8],
+        kind: FileKind,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        rdev: u64,
+        target: Option<&[u8]>,
+    ) -> Result<Attr> {
+        check_name(name)?;
+        self.write(|tx| {
+            dir(tx, parent)?;
+            if tx.get_dentry(parent, name)?.is_some() {
+                return Err(MetaError::Exists);
+            }
+            let now = Timespec::now();
+            let ino = alloc_ino(tx)?;
+            let is_dir = kind == FileKind::Dir;
+            let row = InodeRow {
+                ino,
+                kind,
+                mode: mode & 0o7777,
+                uid,
+                gid,
+                size: target.map_or(0, |t| t.len() as u64),
+                nlink: if is_dir { 2 } else { 1 },
+                atime: now,
+                mtime: now,
+                ctime: now,
+                rdev,
+                parent,
+                target: target.map(<[u8]>::to_vec),
+            };
+            adjust_dir(tx, parent, i64::from(is_dir), now)?;
+            tx.put_inode(&row)?;
+            tx.put_dentry(parent, name, Dentry { ino, kind })?;
+            Ok(Attr::from(&row))
+        })
+    }
+
+    /// Creates a regular file.
+    pub fn create(&self, parent: u64, name: &[u8], mode: u32, uid: u32, gid: u32) -> Result<Attr> {
+        self.make_node(parent, name, FileKind::File, mode, uid, gid, 0, None)
+    }
+
+    /// Creates a directory.
+    pub fn mkdir(&self, parent: u64, name: &[u8], mode: u32, uid: u32, gid: u32) -> Result<Attr> {
+        self.make_node(parent, name, FileKind::Dir, mode, uid, gid, 0, None)
+    }
+
+    /// Creates a special file (fifo, socket or device node); use [`MetaStore::create`],
+    /// [`MetaStore::mkdir`] and [`MetaStore::symlink`] for the other kinds.
+    #[allow(clippy::too_many_arguments)]
+    pub fn mknod(
+        &self,
+        parent: u64,
+        name: &[u8],
+        kind: FileKind,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        rdev: u64,
+    ) -> Result<Attr> {
+        match kind {
+            FileKind::Fifo | FileKind::Socket | FileKind::CharDevice | FileKind::BlockDevice => {
+                self.make_node(parent, name, kind, mode, uid, gid, rdev, None)
+            }
+            FileKind::File => self.create(parent, name, mode, uid, gid),
+            FileKind::Dir | FileKind::Symlink => Err(MetaError::invalid("mknod of dir/symlink")),
+        }
+    }
+
+    /// Creates a symbolic link (mode 0777) pointing at `target`.
+    pub fn symlink(
+        &self,
+        parent: u64,
+        name: &[u8],
+        target: &[u8],
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr> {
+        if target.is_empty() || target.contains(&0) {
+            return Err(MetaError::invalid("empty symlink target or NUL in target"));
+        }
+        if target.len() > SYMLINK_MAX {
+            return Err(MetaError::NameTooLong);
+        }
+        self.make_node(
+            parent,
+            name,
+            FileKind::Symlink,
+            0o777,
+            uid,
+            gid,
+            0,
+            Some(target),
+        )
+    }
+
+    /// The target of a symbolic link.
+    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
+        self.read(|tx| {
+            let row = inode(tx, ino)?;
+            match (row.kind, row.target) {
+                (FileKind::Symlink, Some(t)) => Ok(t),
+                _ => Err(MetaError::invalid("not a symlink")),
+            }
+        })
+    }
+
+    /// Adds a hard link `new_parent/new_name` to `ino` (not allowed for directories).
+    pub fn link(&self, ino: u64, new_parent: u64, new_name: &[u8]) -> Result<Attr> {
+        check_name(new_name)?;
+        self.write(|tx| {
+            let mut row = inode(tx, ino)?;
+            if row.kind == FileKind::Dir {
+                return Err(MetaError::NotPermitted);
+            }
+            if row.nlink == 0 {
+                return Err(MetaError::NotFound);
+            }
+            dir(tx, new_parent)?;
+            if tx.get_dentry(new_parent, new_name)?.is_some() {
+                return Err(MetaError::Exists);
+            }
+            let now = Timespec::now();
+            row.nlink = row.nlink.checked_add(1).ok_or(MetaError::TooManyLinks)?;
+            row.ctime = now;
+            tx.put_inode(&row)?;
+            tx.put_dentry(
+                new_parent,
+                new_name,
+                Dentry {
+                    ino,
+                    kind: row.kind,
+                },
+            )?;
+            adjust_dir(tx, new_parent, 0, now)?;
+            Ok(Attr::from(&row))
+        })
+    }
+
+    /// Removes a non-directory name. If it was the last link, the inode is removed in the same
+    /// transaction unless `is_open(ino)` returns true, in which case it becomes an orphan.
+    pub fn unlink(
+        &self,
+        parent: u64,
+        name: &[u8],
+        is_open: &dyn Fn(u64) -> bool,
+    ) -> Result<Unlinked> {
+        check_name(name)?;
+        self.write(|tx| {
+            dir(tx, parent)?;
+            let d = tx.get_dentry(parent, name)?.ok_or(MetaError::NotFound)?;
+            if d.kind == FileKind::Dir {
+                return Err(MetaError::IsDir);
+            }
+            let row = inode(tx, d.ino)?;
+            let now = Timespec::now();
+            tx.delete_dentry(parent, name)?;
+            adjust_dir(tx, parent, 0, now)?;
+            drop_link(tx, row, is_open, now)
+        })
+    }
+
+    /// Removes an orphan (an inode with no names left) with its records, xattrs and properties.
+    /// Returns false (and does nothing) if the inode does not exist or still has names.
+    pub fn forget(&self, ino: u64) -> Result<bool> {
+        self.write(|tx| match tx.get_inode(ino)? {
+            Some(row) if row.nlink == 0 && row.kind != FileKind::Dir => {
+                purge(tx, ino)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        })
+    }
+
+    /// Removes an empty directory.
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
+        check_name(name)?;
+        self.write(|tx| {
+            dir(tx, parent)?;
+            let d = tx.get_dentry(parent, name)?.ok_or(MetaError::NotFound)?;
+            if d.kind != FileKind::Dir {
+                return Err(MetaError::NotDir);
+            }
+            if tx.count_dentries(d.ino)? > 0 {
+                return Err(MetaError::NotEmpty);
+            }
+            tx.delete_dentry(parent, name)?;
+            adjust_dir(tx, parent, -1, Timespec::now())?;
+            purge(tx, d.ino)?;
+            Ok(())
+        })
+    }
+
+    /// Up to `limit` entries of directory `ino` whose names sort after `after` (byte order).
+    /// Pass the last returned name as `after` to continue.
+    pub fn readdir(&self, ino: u64, after: Option<&[u8]>, limit: usize) -> Result<Vec<DirEntry>> {
+        self.read(|tx| {
+            dir(tx, ino)?;
+            Ok(tx
+                .list_dentries(ino, after, limit)?
+                .into_iter()
+                .map(|(name, d)| DirEntry {
+                    name,
+                    ino: d.ino,
+                    kind: d.kind,
+                })
+                .collect())
+        })
+    }
+
+    /// Changes attributes; `ctime` becomes now.
+    pub fn setattr(&self, ino: u64, set: &SetAttr) -> Result<Attr> {
+        self.write(|tx| {
+            let mut row = inode(tx, ino)?;
+            let now = Timespec::now();
+            if let Some(size) = set.size {
+                match row.kind {
+                    FileKind::File => {}
+                    FileKind::Dir => return Err(MetaError::IsDir),
+                    _ => return Err(MetaError::invalid("size change on a non-regular file")),
+                }
+                row.size = size;
+                row.mtime = now;
+            }
+            if let Some(mode) = set.mode {
+                row.mode = mode & 0o7777;
+            }
+            if let Some(uid) = set.uid {
+                row.uid = uid;
+            }
+            if let Some(gid) = set.gid {
+                row.gid = gid;
+            }
+            if let Some(t) = set.atime {
+                row.atime = t;
+            }
+            if let Some(t) = set.mtime {
+                row.mtime = t;
+            }
+            row.ctime = now;
+            tx.put_inode(&row)?;
+            Ok(Attr::from(&row))
+        })
+    }
+
+    /// Removes every orphan — a non-directory inode with no names left (`nlink == 0`), such as a
+    /// file unlinked while open whose [`MetaStore::forget`] a crash prevented — with its records,
+    /// xattrs and properties, accounting exactly like `forget`. Returns the removed non-inline
+    /// records, whose bytes are now garbage; the caller marks their store entries dead.
+    ///
+    /// Meant for pool open, before any file is open: it also removes orphans that are still open.
+    /// Engines index inodes with `nlink == 0`, so this costs nothing when there are none.
+    pub fn purge_orphans(&self) -> Result<Vec<RecordRef>> {
+        self.write(|tx| {
+            let mut freed = Vec::new();
+            for ino in tx.list_orphans()? {
+                let orphan = ino != ROOT_INO
+                    && tx
+                        .get_inode(ino)?
+                        .is_some_and(|row| row.nlink == 0 && row.kind != FileKind::Dir);
+                if !orphan {
+                    continue;
+                }
+                let recs = purge(tx, ino)?;
+                freed.extend(
+                    recs.into_iter()
+                        .map(|(_, r)| r)
+                        .filter(RecordRef::in_segment),
+                );
+            }
+            Ok(freed)
+        })
+    }
+}
