@@ -6,7 +6,7 @@
 //!   with every other transaction of the same engine. Dropping it without [`Txn::commit`] must
 //!   leave no trace.
 //! - A transaction from [`MetaEngine::read`] sees a consistent snapshot that includes every
-//!   transaction committed before it began; its mutating primitives return [`MetaError::Engine`].
+//!   transaction committed before it began; its mutating primitives return [`MetaError::EngineFailure`].
 //!   Engines may run read transactions concurrently with each other and with one write
 //!   transaction (the SQLite engine does; the memory engine lets readers share a lock that
 //!   writers take exclusively). A thread must not begin a write transaction while it still holds
@@ -84,7 +84,7 @@ impl FileKind {
             6 => FileKind::CharDevice,
             7 => FileKind::BlockDevice,
             other => {
-                return Err(MetaError::Engine(format!(
+                return Err(MetaError::Corrupt(format!(
                     "unknown inode kind code {other}"
                 )))
             }

@@ -122,7 +122,7 @@ impl MemoryEngine {
 }
 
 fn poisoned<T>(_: T) -> MetaError {
-    MetaError::Engine("memory engine lock poisoned".into())
+    MetaError::engine("memory engine lock poisoned")
 }
 
 impl MetaEngine for MemoryEngine {
@@ -172,8 +172,8 @@ impl MemTxn<'_> {
     /// Mutable state plus the undo log, or an error in a read transaction.
     fn st_mut(&mut self) -> Result<(&mut State, &mut Vec<Undo>)> {
         match &mut self.guard {
-            Guard::Read(_) => Err(MetaError::Engine(
-                "write attempted in a read-only transaction".into(),
+            Guard::Read(_) => Err(MetaError::engine(
+                "write attempted in a read-only transaction",
             )),
             Guard::Write(g) => Ok((&mut **g, &mut self.undo)),
         }
@@ -369,9 +369,10 @@ impl Txn for MemTxn<'_> {
         st.by_segment
             .range((segment, 0, 0, 0)..=(segment, u64::MAX, u64::MAX, u64::MAX))
             .map(|&(_, _, ino, index)| {
-                let rec = st.records.get(&(ino, index)).cloned().ok_or_else(|| {
-                    MetaError::Engine("memory engine segment index out of step".into())
-                })?;
+                let rec =
+                    st.records.get(&(ino, index)).cloned().ok_or_else(|| {
+                        MetaError::engine("memory engine segment index out of step")
+                    })?;
                 Ok(RecordLocation { ino, index, rec })
             })
             .collect()

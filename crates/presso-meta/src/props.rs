@@ -65,7 +65,7 @@ impl MetaStore {
                 }
                 steps += 1;
                 if steps > 1_000_000 {
-                    return Err(MetaError::Engine("parent pointer cycle".into()));
+                    return Err(MetaError::Corrupt("parent pointer cycle".into()));
                 }
                 cur = match tx.get_inode(cur)? {
                     Some(row) if row.parent != 0 => row.parent,

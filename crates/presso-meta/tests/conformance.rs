@@ -300,7 +300,9 @@ fn name_validation(s: &MetaStore) {
     assert_eq!(MetaError::CrossDirectoryLoop.errno(), libc::EINVAL);
     assert_eq!(MetaError::NoAttribute.errno(), libc::ENODATA);
     assert_eq!(MetaError::ValueTooLarge.errno(), libc::E2BIG);
-    assert_eq!(MetaError::Engine("x".into()).errno(), libc::EIO);
+    assert_eq!(MetaError::EngineFailure("x".into()).errno(), libc::EIO);
+    assert_eq!(MetaError::Corrupt("x".into()).errno(), libc::EIO);
+    assert_eq!(MetaError::Full.errno(), libc::ENOSPC);
 }
 
 fn mkdir_nlink(s: &MetaStore) {
@@ -2065,7 +2067,8 @@ fn sqlite_rejects_garbage_file() {
     let path = temp_db_path("garbage");
     std::fs::write(&path, vec![0x5au8; 4096]).unwrap();
     let err = MetaStore::open_sqlite(&path).unwrap_err();
-    assert!(matches!(err, MetaError::Engine(_)), "{err:?}");
+    assert!(matches!(err, MetaError::Corrupt(_)), "{err:?}");
+    assert_eq!(err.errno(), libc::EIO);
     remove_db(&path);
 }
 

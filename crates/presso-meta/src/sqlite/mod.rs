@@ -70,12 +70,21 @@ pub struct SqliteOptions {
     pub synchronous: Synchronous,
 }
 
+/// Classifies a SQLite failure by its result code (never by its message): full disk or page
+/// limit, damaged file, or anything else.
 fn eng(e: rusqlite::Error) -> MetaError {
-    MetaError::Engine(format!("sqlite: {e}"))
+    use rusqlite::ffi::ErrorCode;
+    match e.sqlite_error_code() {
+        Some(ErrorCode::DiskFull) => MetaError::Full,
+        Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => {
+            MetaError::Corrupt(format!("sqlite: {e}"))
+        }
+        _ => MetaError::engine(format!("sqlite: {e}")),
+    }
 }
 
 fn poisoned<T>(_: T) -> MetaError {
-    MetaError::Engine("sqlite engine lock poisoned".into())
+    MetaError::engine("sqlite engine lock poisoned")
 }
 
 fn configure(conn: &Connection) -> Result<()> {

@@ -115,7 +115,7 @@ pub(super) fn create_or_check(conn: &mut Connection) -> Result<()> {
             });
         }
         Some(v) => {
-            return Err(MetaError::Engine(format!(
+            return Err(MetaError::engine(format!(
                 "unsupported old schema version {v} (no migration available)"
             )));
         }

@@ -118,3 +118,40 @@ fn read_connections_are_pooled_and_capped() {
     assert_eq!(pool.open, READ_CONNECTIONS);
     assert_eq!(pool.idle.len(), READ_CONNECTIONS);
 }
+
+#[test]
+fn a_full_database_is_reported_as_full() {
+    let db = TempDb::new("full");
+    let e = SqliteEngine::open(&db.0, SqliteOptions::default()).unwrap();
+    {
+        let w = e.writer.lock().unwrap();
+        let pages: i64 = w
+            .conn
+            .query_row("PRAGMA page_count", [], |r| r.get(0))
+            .unwrap();
+        let _: i64 = w
+            .conn
+            .query_row(&format!("PRAGMA max_page_count={}", pages + 8), [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+    }
+    let store = crate::MetaStore::new(Box::new(e));
+    store.init().unwrap();
+    let value = vec![7u8; 16 * 1024];
+    let mut failure = None;
+    for i in 0..1000 {
+        let name = format!("user.fill{i}");
+        if let Err(err) =
+            store.set_xattr(crate::ROOT_INO, name.as_bytes(), &value, Default::default())
+        {
+            failure = Some(err);
+            break;
+        }
+    }
+    let err = failure.expect("the page limit was never reached");
+    assert_eq!(err, MetaError::Full);
+    assert_eq!(err.errno(), libc::ENOSPC);
+    // The failed transaction left no trace and the store still answers.
+    assert_eq!(store.getattr(crate::ROOT_INO).unwrap().ino, crate::ROOT_INO);
+}

@@ -53,9 +53,7 @@ impl SqliteTxn<'_> {
         match &self.handle {
             Handle::Write(w) => Ok(&w.conn),
             Handle::Read(_, Some(c)) => Ok(c),
-            Handle::Read(_, None) => {
-                Err(MetaError::Engine("read connection already returned".into()))
-            }
+            Handle::Read(_, None) => Err(MetaError::engine("read connection already returned")),
         }
     }
 
@@ -63,8 +61,8 @@ impl SqliteTxn<'_> {
     pub(super) fn w(&self) -> Result<&Connection> {
         match &self.handle {
             Handle::Write(w) => Ok(&w.conn),
-            Handle::Read(..) => Err(MetaError::Engine(
-                "write attempted in a read-only transaction".into(),
+            Handle::Read(..) => Err(MetaError::engine(
+                "write attempted in a read-only transaction",
             )),
         }
     }
