@@ -608,7 +608,7 @@ impl Vfs {
             // Its dirty records die with it: dropping the node gives their memory back.
             self.drop_node(ino);
             let records = self.file_records(ino);
-            if self.pool.meta().forget(ino)? {
+            if self.pool.meta().forget(ino)?.is_some() {
                 for rec in &records {
                     self.pool.discard(rec);
                 }

@@ -6,7 +6,8 @@
 //!   with every other transaction of the same engine. Dropping it without [`Txn::commit`] must
 //!   leave no trace.
 //! - A transaction from [`MetaEngine::read`] sees a consistent snapshot that includes every
-//!   transaction committed before it began; its mutating primitives return [`MetaError::EngineFailure`].
+//!   transaction committed before it began; its mutating primitives return
+//!   [`MetaError::EngineFailure`].
 //!   Engines may run read transactions concurrently with each other and with one write
 //!   transaction (the SQLite engine does; the memory engine lets readers share a lock that
 //!   writers take exclusively). A thread must not begin a write transaction while it still holds

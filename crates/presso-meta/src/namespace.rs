@@ -67,6 +67,11 @@ pub(crate) fn purge(tx: &mut dyn Txn, ino: u64) -> Result<Vec<(u64, RecordRef)>>
     Ok(recs)
 }
 
+/// [`purge`], returning only the references of the removed records.
+pub(crate) fn purge_records(tx: &mut dyn Txn, ino: u64) -> Result<Vec<RecordRef>> {
+    Ok(purge(tx, ino)?.into_iter().map(|(_, r)| r).collect())
+}
+
 /// Drops one link of a non-directory whose name was already removed.
 pub(crate) fn drop_link(
     tx: &mut dyn Txn,
@@ -76,20 +81,20 @@ pub(crate) fn drop_link(
 ) -> Result<Unlinked> {
     row.nlink = row.nlink.saturating_sub(1);
     row.ctime = now;
-    let fate = if row.nlink > 0 {
+    let (fate, freed) = if row.nlink > 0 {
         tx.put_inode(&row)?;
-        LinkFate::Linked
+        (LinkFate::Linked, Vec::new())
     } else if is_open(row.ino) {
         tx.put_inode(&row)?;
-        LinkFate::Orphaned
+        (LinkFate::Orphaned, Vec::new())
     } else {
-        purge(tx, row.ino)?;
-        LinkFate::Removed
+        (LinkFate::Removed, purge_records(tx, row.ino)?)
     };
     Ok(Unlinked {
         ino: row.ino,
         kind: row.kind,
         fate,
+        freed,
     })
 }
 
@@ -290,14 +295,15 @@ impl MetaStore {
     }
 
     /// Removes an orphan (an inode with no names left) with its records, xattrs and properties.
-    /// Returns false (and does nothing) if the inode does not exist or still has names.
-    pub fn forget(&self, ino: u64) -> Result<bool> {
+    /// Returns the removed records (inline ones included, in index order; accounted like those of
+    /// [`Unlinked::freed`]), or `None` (having done nothing) if the inode does not exist, is a
+    /// directory or still has names.
+    pub fn forget(&self, ino: u64) -> Result<Option<Vec<RecordRef>>> {
         self.write(|tx| match tx.get_inode(ino)? {
             Some(row) if row.nlink == 0 && row.kind != FileKind::Dir => {
-                purge(tx, ino)?;
-                Ok(true)
+                Ok(Some(purge_records(tx, ino)?))
             }
-            _ => Ok(false),
+            _ => Ok(None),
         })
     }
 

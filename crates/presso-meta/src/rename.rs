@@ -2,7 +2,7 @@
 
 use crate::engine::{FileKind, Timespec};
 use crate::error::{MetaError, Result};
-use crate::namespace::{adjust_dir, check_name, dir, drop_link, inode, purge};
+use crate::namespace::{adjust_dir, check_name, dir, drop_link, inode, purge_records};
 use crate::{LinkFate, MetaStore, Unlinked, ROOT_INO};
 
 impl MetaStore {
@@ -96,11 +96,11 @@ impl MetaStore {
                     tx.delete_dentry(new_parent, new_name)?;
                     if dst.kind == FileKind::Dir {
                         adjust_dir(tx, new_parent, -1, now)?;
-                        purge(tx, dst.ino)?;
                         Some(Unlinked {
                             ino: dst.ino,
                             kind: dst.kind,
                             fate: LinkFate::Removed,
+                            freed: purge_records(tx, dst.ino)?,
                         })
                     } else {
                         let row = inode(tx, dst.ino)?;

@@ -4,6 +4,8 @@
 
 use crate::engine::{FileKind, InodeRow, RecordRef, Timespec};
 use crate::error::{MetaError, Result};
+#[cfg(doc)]
+use crate::MetaStore;
 
 /// Longest accepted file, xattr or property name, in bytes.
 pub const NAME_MAX: usize = 255;
@@ -66,7 +68,7 @@ impl From<&InodeRow> for Attr {
     }
 }
 
-/// One entry returned by [`MetaStore::readdir`](crate::MetaStore::readdir) (`.` and `..` are not stored).
+/// One entry returned by [`MetaStore::readdir`] (`.` and `..` are not stored).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirEntry {
     /// Entry name.
@@ -82,14 +84,14 @@ pub struct DirEntry {
 pub enum LinkFate {
     /// It still has other names.
     Linked,
-    /// It has no names left but is still open; call [`MetaStore::forget`](crate::MetaStore::forget) when it is closed.
+    /// It has no names left but is still open; call [`MetaStore::forget`] when it is closed.
     Orphaned,
     /// It was removed together with its records, xattrs and properties.
     Removed,
 }
 
-/// Result of [`MetaStore::unlink`](crate::MetaStore::unlink), and of a [`MetaStore::rename`](crate::MetaStore::rename) that replaced a target.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Result of [`MetaStore::unlink`], and of a [`MetaStore::rename`] that replaced a target.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unlinked {
     /// The inode that lost a name.
     pub ino: u64,
@@ -97,9 +99,14 @@ pub struct Unlinked {
     pub kind: FileKind,
     /// What became of it.
     pub fate: LinkFate,
+    /// When `fate` is [`LinkFate::Removed`]: every record (inline ones included) of the inode,
+    /// removed in the same transaction, in index order; their bytes left the logical/stored
+    /// totals and the non-inline ones are now garbage, so the caller marks their store entries
+    /// dead. Empty for the other fates.
+    pub freed: Vec<RecordRef>,
 }
 
-/// Changes for [`MetaStore::setattr`](crate::MetaStore::setattr); `None` fields are left alone. `ctime` is always updated.
+/// Changes for [`MetaStore::setattr`]; `None` fields are left alone. `ctime` is always updated.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SetAttr {
     /// New permission bits (masked with `0o7777`).
@@ -160,11 +167,11 @@ pub struct SpaceUsage {
     pub garbage: u64,
 }
 
-/// One change of a transaction group; see [`MetaStore::apply_txg`](crate::MetaStore::apply_txg).
+/// One change of a transaction group; see [`MetaStore::apply_txg`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TxgOp {
     /// Points record `index` of file `ino` at `rec`, with the accounting of
-    /// [`MetaStore::set_record`](crate::MetaStore::set_record); the replaced non-inline reference is reported in
+    /// [`MetaStore::set_record`]; the replaced non-inline reference is reported in
     /// [`TxgOutcome::replaced`].
     SetRecord {
         /// The file.
@@ -211,7 +218,7 @@ pub enum TxgOp {
     },
 }
 
-/// What [`MetaStore::apply_txg`](crate::MetaStore::apply_txg) did with the frames it was given and the ones it dropped.
+/// What [`MetaStore::apply_txg`] did with the frames it was given and the ones it dropped.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TxgOutcome {
     /// Non-inline references that no record points at any more (replaced, cleared or moved

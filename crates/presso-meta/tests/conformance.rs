@@ -93,6 +93,7 @@ conformance!(
     unlink_errors,
     rmdir_rules,
     orphans,
+    removal_returns_the_freed_records,
     rename_basic,
     rename_replace,
     rename_noreplace_refuses_an_existing_target,
@@ -402,13 +403,24 @@ fn hard_links(s: &MetaStore) {
     s.link(f, ROOT_INO, b"h").unwrap();
     assert_eq!(nlink(s, f), 3);
 
+    s.set_record(f, 0, &rec(4, 10, 20)).unwrap();
     let u = s.unlink(ROOT_INO, b"f", &closed).unwrap();
     assert_eq!((u.ino, u.fate), (f, LinkFate::Linked));
+    assert_eq!(
+        u.freed,
+        vec![],
+        "a name going away frees nothing while others remain"
+    );
     assert_eq!(nlink(s, f), 2);
     assert_eq!(s.unlink(d, b"g", &closed).unwrap().fate, LinkFate::Linked);
     let u = s.unlink(ROOT_INO, b"h", &closed).unwrap();
     assert_eq!(u.fate, LinkFate::Removed);
     assert_eq!(u.kind, FileKind::File);
+    assert_eq!(
+        u.freed,
+        vec![rec(4, 10, 20)],
+        "the last name frees the records"
+    );
     assert_eq!(s.getattr(f), Err(MetaError::NotFound));
 }
 
@@ -449,6 +461,7 @@ fn orphans(s: &MetaStore) {
     s.set_xattr(f, b"user.a", b"1", XattrFlags::Any).unwrap();
     let u = s.unlink(ROOT_INO, b"f", &open).unwrap();
     assert_eq!((u.ino, u.fate), (f, LinkFate::Orphaned));
+    assert_eq!(u.freed, vec![], "an open file keeps its records");
     let a = s.getattr(f).unwrap();
     assert_eq!(a.nlink, 0);
     assert_eq!(s.lookup(ROOT_INO, b"f"), Err(MetaError::NotFound));
@@ -465,9 +478,9 @@ fn orphans(s: &MetaStore) {
             garbage: 0
         }
     );
-    assert!(s.forget(f).unwrap());
+    assert_eq!(s.forget(f).unwrap(), Some(vec![rec(1, 100, 400)]));
     assert_eq!(s.getattr(f), Err(MetaError::NotFound));
-    assert!(!s.forget(f).unwrap(), "second forget is a no-op");
+    assert_eq!(s.forget(f).unwrap(), None, "second forget is a no-op");
     assert_eq!(
         s.space().unwrap(),
         SpaceUsage {
@@ -479,8 +492,8 @@ fn orphans(s: &MetaStore) {
 
     // forget does not touch linked inodes or directories
     let g = file(s, ROOT_INO, "g");
-    assert!(!s.forget(g).unwrap());
-    assert!(!s.forget(ROOT_INO).unwrap());
+    assert_eq!(s.forget(g).unwrap(), None);
+    assert_eq!(s.forget(ROOT_INO).unwrap(), None);
     assert_eq!(nlink(s, g), 1);
 
     // rename over an open file orphans it too
@@ -490,9 +503,64 @@ fn orphans(s: &MetaStore) {
         .unwrap()
         .unwrap();
     assert_eq!((r.ino, r.fate), (h, LinkFate::Orphaned));
+    assert_eq!(r.freed, vec![]);
     assert_eq!(nlink(s, h), 0);
     assert_eq!(s.lookup(ROOT_INO, b"h").unwrap().ino, g);
-    assert!(s.forget(h).unwrap());
+    assert_eq!(
+        s.forget(h).unwrap(),
+        Some(vec![]),
+        "removed, with no records"
+    );
+}
+
+fn removal_returns_the_freed_records(s: &MetaStore) {
+    let three = [
+        rec(1, 10, 40),
+        inline_rec(b"tiny", 4),
+        rec_at(2, 64, 20, 80),
+    ];
+    let fill = |name: &str| {
+        let ino = file(s, ROOT_INO, name);
+        for (i, r) in three.iter().enumerate() {
+            s.set_record(ino, 2 * i as u64, r).unwrap();
+        }
+        ino
+    };
+
+    // unlink of a closed file: exactly its records, in index order, inline one included
+    let f = fill("f");
+    let u = s.unlink(ROOT_INO, b"f", &closed).unwrap();
+    assert_eq!((u.ino, u.fate), (f, LinkFate::Removed));
+    assert_eq!(u.freed, three.to_vec());
+    assert_eq!(s.space().unwrap(), space(0, 0, 30));
+
+    // unlink of an open file: nothing yet; its forget frees them
+    let g = fill("g");
+    let u = s.unlink(ROOT_INO, b"g", &open).unwrap();
+    assert_eq!((u.ino, u.fate), (g, LinkFate::Orphaned));
+    assert_eq!(u.freed, vec![]);
+    assert_eq!(s.forget(g).unwrap(), Some(three.to_vec()));
+    assert_eq!(s.forget(g).unwrap(), None);
+
+    // rename over a file: the replaced file's records
+    let h = fill("h");
+    file(s, ROOT_INO, "src");
+    let r = s
+        .rename(ROOT_INO, b"src", ROOT_INO, b"h", &closed)
+        .unwrap()
+        .unwrap();
+    assert_eq!((r.ino, r.fate), (h, LinkFate::Removed));
+    assert_eq!(r.freed, three.to_vec());
+
+    // rename over an empty directory: removed, nothing to free
+    let e = mkdir(s, ROOT_INO, "e");
+    mkdir(s, ROOT_INO, "d");
+    let r = s
+        .rename(ROOT_INO, b"d", ROOT_INO, b"e", &closed)
+        .unwrap()
+        .unwrap();
+    assert_eq!((r.ino, r.fate, r.freed), (e, LinkFate::Removed, vec![]));
+    assert_eq!(s.space().unwrap(), space(0, 0, 90));
 }
 
 fn rename_noreplace_refuses_an_existing_target(s: &MetaStore) {
@@ -582,6 +650,7 @@ fn rename_replace(s: &MetaStore) {
         (r.ino, r.kind, r.fate),
         (g, FileKind::File, LinkFate::Removed)
     );
+    assert_eq!(r.freed, vec![rec(9, 10, 20)], "the replaced file's records");
     assert_eq!(s.lookup(ROOT_INO, b"g").unwrap().ino, f);
     assert_eq!(s.lookup(ROOT_INO, b"f"), Err(MetaError::NotFound));
     assert_eq!(s.getattr(g), Err(MetaError::NotFound));
@@ -595,6 +664,7 @@ fn rename_replace(s: &MetaStore) {
         .unwrap()
         .unwrap();
     assert_eq!((r.ino, r.fate), (h, LinkFate::Linked));
+    assert_eq!(r.freed, vec![]);
     assert_eq!(nlink(s, h), 1);
 
     // two names of the same inode: no-op, both remain
@@ -1331,7 +1401,7 @@ fn txg_skips_ops_on_gone_or_non_regular_inodes(s: &MetaStore) {
         s.segment_usage().unwrap(),
         BTreeMap::from([(3, usage(1, 40))])
     );
-    assert!(s.forget(orphan).unwrap());
+    assert_eq!(s.forget(orphan).unwrap(), Some(vec![rec_at(3, 0, 40, 400)]));
     assert_eq!(s.space().unwrap(), space(0, 0, 87));
 }
 
@@ -1672,7 +1742,7 @@ fn purge_orphans_removes_every_orphan(s: &MetaStore) {
     assert_eq!(nlink(s, d), 2);
     assert_eq!(nlink(s, ROOT_INO), 3);
     assert_eq!(s.purge_orphans().unwrap(), vec![]);
-    assert!(!s.forget(f).unwrap());
+    assert_eq!(s.forget(f).unwrap(), None);
 }
 
 fn readers_run_while_a_writer_commits(s: &MetaStore) {
