@@ -32,8 +32,8 @@ use crossbeam_channel::{bounded, Sender};
 use parking_lot::{Condvar, Mutex};
 use presso_codec::{CodecSpec, Encoded, JobOptions, Offload, Record};
 use presso_meta::{
-    Attr, DirEntry, FileKind, LinkFate, MetaError, RecordRef, SetAttr, Timespec, TxgOp, Unlinked,
-    XattrFlags,
+    Attr, DirEntry, FileKind, LinkFate, MetaError, NewNode, RecordRef, SetAttr, Timespec, TxgOp,
+    Unlinked, XattrFlags,
 };
 
 use crate::cache::{CacheStats, RecordCache};
@@ -282,12 +282,14 @@ impl Vfs {
 
     /// Creates a regular file.
     pub fn create(&self, parent: u64, name: &[u8], mode: u32, uid: u32, gid: u32) -> Result<Attr> {
-        Ok(self.pool.meta().create(parent, name, mode, uid, gid)?)
+        let node = NewNode::file(mode, uid, gid);
+        Ok(self.pool.meta().make_node(parent, name, &node)?)
     }
 
     /// Creates a directory.
     pub fn mkdir(&self, parent: u64, name: &[u8], mode: u32, uid: u32, gid: u32) -> Result<Attr> {
-        Ok(self.pool.meta().mkdir(parent, name, mode, uid, gid)?)
+        let node = NewNode::dir(mode, uid, gid);
+        Ok(self.pool.meta().make_node(parent, name, &node)?)
     }
 
     /// Creates a device node, FIFO or socket (or a regular file).
@@ -302,10 +304,8 @@ impl Vfs {
         gid: u32,
         rdev: u64,
     ) -> Result<Attr> {
-        Ok(self
-            .pool
-            .meta()
-            .mknod(parent, name, kind, mode, uid, gid, rdev)?)
+        let node = NewNode::special(kind, mode, uid, gid, rdev)?;
+        Ok(self.pool.meta().make_node(parent, name, &node)?)
     }
 
     /// Creates a symbolic link.
@@ -317,7 +317,8 @@ impl Vfs {
         uid: u32,
         gid: u32,
     ) -> Result<Attr> {
-        Ok(self.pool.meta().symlink(parent, name, target, uid, gid)?)
+        let node = NewNode::symlink(target, uid, gid);
+        Ok(self.pool.meta().make_node(parent, name, &node)?)
     }
 
     /// Reads a symbolic link.

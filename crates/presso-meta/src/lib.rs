@@ -89,8 +89,8 @@ pub use engine::{
 pub use error::{MetaError, Result};
 pub use sqlite::{SqliteOptions, Synchronous, SCHEMA_VERSION};
 pub use types::{
-    Attr, DirEntry, EffectiveProp, LinkFate, SetAttr, SpaceUsage, TxgOp, TxgOutcome, Unlinked,
-    XattrFlags, NAME_MAX, RECORD_INDEX_LIMIT, SYMLINK_MAX, XATTR_VALUE_MAX,
+    Attr, DirEntry, EffectiveProp, LinkFate, NewNode, SetAttr, SpaceUsage, TxgOp, TxgOutcome,
+    Unlinked, XattrFlags, NAME_MAX, RECORD_INDEX_LIMIT, SYMLINK_MAX, XATTR_VALUE_MAX,
 };
 
 /// The metadata store: POSIX semantics over any [`MetaEngine`].

@@ -5,7 +5,8 @@ use crate::accounting::account_dropped;
 use crate::engine::{Dentry, FileKind, InodeRow, RecordRef, Timespec, Txn, COUNTER_NEXT_INODE};
 use crate::error::{MetaError, Result};
 use crate::{
-    Attr, DirEntry, LinkFate, MetaStore, SetAttr, Unlinked, NAME_MAX, ROOT_INO, SYMLINK_MAX,
+    Attr, DirEntry, LinkFate, MetaStore, NewNode, SetAttr, Unlinked, NAME_MAX, ROOT_INO,
+    SYMLINK_MAX,
 };
 
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
@@ -67,6 +68,24 @@ pub(crate) fn purge(tx: &mut dyn Txn, ino: u64) -> Result<Vec<(u64, RecordRef)>>
     Ok(recs)
 }
 
+/// Checks that `node`'s fields agree with its kind; returns the symlink target, if any.
+fn check_node(node: &NewNode) -> Result<Option<&[u8]>> {
+    match (node.kind, node.target.as_deref()) {
+        (FileKind::Symlink, Some(target)) => {
+            if target.is_empty() || target.contains(&0) {
+                return Err(MetaError::invalid("empty symlink target or NUL in target"));
+            }
+            if target.len() > SYMLINK_MAX {
+                return Err(MetaError::NameTooLong);
+            }
+            Ok(Some(target))
+        }
+        (FileKind::Symlink, None) => Err(MetaError::invalid("symlink without a target")),
+        (_, Some(_)) => Err(MetaError::invalid("target given for a non-symlink")),
+        (_, None) => Ok(None),
+    }
+}
+
 /// [`purge`], returning only the references of the removed records.
 pub(crate) fn purge_records(tx: &mut dyn Txn, ino: u64) -> Result<Vec<RecordRef>> {
     Ok(purge(tx, ino)?.into_iter().map(|(_, r)| r).collect())
@@ -126,18 +145,11 @@ impl MetaStore {
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn make_node(
-        &self,
-        parent: u64,
-        name: &[u8],
-        kind: FileKind,
-        mode: u32,
-        uid: u32,
-        gid: u32,
-        rdev: u64,
-        target: Option<&[u8]>,
-    ) -> Result<Attr> {
+    /// Creates `parent/name` as described by `node`: a regular file, directory, symbolic link
+    /// (mode always 0777), fifo, socket or device node. The device number is kept for device
+    /// nodes, fifos and sockets only.
+    pub fn make_node(&self, parent: u64, name: &[u8], node: &NewNode) -> Result<Attr> {
+        let target = check_node(node)?;
         check_name(name)?;
         self.write(|tx| {
             dir(tx, parent)?;
@@ -146,19 +158,27 @@ impl MetaStore {
             }
             let now = Timespec::now();
             let ino = alloc_ino(tx)?;
+            let kind = node.kind;
             let is_dir = kind == FileKind::Dir;
             let row = InodeRow {
                 ino,
                 kind,
-                mode: mode & 0o7777,
-                uid,
-                gid,
+                mode: if kind == FileKind::Symlink {
+                    0o777
+                } else {
+                    node.mode & 0o7777
+                },
+                uid: node.uid,
+                gid: node.gid,
                 size: target.map_or(0, |t| t.len() as u64),
                 nlink: if is_dir { 2 } else { 1 },
                 atime: now,
                 mtime: now,
                 ctime: now,
-                rdev,
+                rdev: match kind {
+                    FileKind::File | FileKind::Dir | FileKind::Symlink => 0,
+                    _ => node.rdev,
+                },
                 parent,
                 target: target.map(<[u8]>::to_vec),
             };
@@ -167,65 +187,6 @@ impl MetaStore {
             tx.put_dentry(parent, name, Dentry { ino, kind })?;
             Ok(Attr::from(&row))
         })
-    }
-
-    /// Creates a regular file.
-    pub fn create(&self, parent: u64, name: &[u8], mode: u32, uid: u32, gid: u32) -> Result<Attr> {
-        self.make_node(parent, name, FileKind::File, mode, uid, gid, 0, None)
-    }
-
-    /// Creates a directory.
-    pub fn mkdir(&self, parent: u64, name: &[u8], mode: u32, uid: u32, gid: u32) -> Result<Attr> {
-        self.make_node(parent, name, FileKind::Dir, mode, uid, gid, 0, None)
-    }
-
-    /// Creates a special file (fifo, socket or device node); use [`MetaStore::create`],
-    /// [`MetaStore::mkdir`] and [`MetaStore::symlink`] for the other kinds.
-    #[allow(clippy::too_many_arguments)]
-    pub fn mknod(
-        &self,
-        parent: u64,
-        name: &[u8],
-        kind: FileKind,
-        mode: u32,
-        uid: u32,
-        gid: u32,
-        rdev: u64,
-    ) -> Result<Attr> {
-        match kind {
-            FileKind::Fifo | FileKind::Socket | FileKind::CharDevice | FileKind::BlockDevice => {
-                self.make_node(parent, name, kind, mode, uid, gid, rdev, None)
-            }
-            FileKind::File => self.create(parent, name, mode, uid, gid),
-            FileKind::Dir | FileKind::Symlink => Err(MetaError::invalid("mknod of dir/symlink")),
-        }
-    }
-
-    /// Creates a symbolic link (mode 0777) pointing at `target`.
-    pub fn symlink(
-        &self,
-        parent: u64,
-        name: &[u8],
-        target: &[u8],
-        uid: u32,
-        gid: u32,
-    ) -> Result<Attr> {
-        if target.is_empty() || target.contains(&0) {
-            return Err(MetaError::invalid("empty symlink target or NUL in target"));
-        }
-        if target.len() > SYMLINK_MAX {
-            return Err(MetaError::NameTooLong);
-        }
-        self.make_node(
-            parent,
-            name,
-            FileKind::Symlink,
-            0o777,
-            uid,
-            gid,
-            0,
-            Some(target),
-        )
     }
 
     /// The target of a symbolic link.

@@ -68,6 +68,70 @@ impl From<&InodeRow> for Attr {
     }
 }
 
+/// What [`MetaStore::make_node`] creates. The constructors cover every kind; the fields are public
+/// so a caller may adjust one, and `make_node` refuses combinations that do not fit the kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewNode {
+    /// Inode type.
+    pub kind: FileKind,
+    /// Permission bits (masked with `0o7777`; ignored for symlinks, which are always 0777).
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Device number, kept for device nodes, fifos and sockets only.
+    pub rdev: u64,
+    /// Symlink target: required for symlinks (1 to [`SYMLINK_MAX`] bytes, no NUL), refused for
+    /// every other kind.
+    pub target: Option<Vec<u8>>,
+}
+
+impl NewNode {
+    /// A regular file.
+    pub fn file(mode: u32, uid: u32, gid: u32) -> Self {
+        Self::plain(FileKind::File, mode, uid, gid)
+    }
+
+    /// A directory.
+    pub fn dir(mode: u32, uid: u32, gid: u32) -> Self {
+        Self::plain(FileKind::Dir, mode, uid, gid)
+    }
+
+    /// A symbolic link (mode 0777) pointing at `target`.
+    pub fn symlink(target: &[u8], uid: u32, gid: u32) -> Self {
+        NewNode {
+            target: Some(target.to_vec()),
+            ..Self::plain(FileKind::Symlink, 0o777, uid, gid)
+        }
+    }
+
+    /// What `mknod(2)` creates: a fifo, socket or device node with device number `rdev`, or a
+    /// regular file (whose `rdev` is dropped). Fails with [`MetaError::InvalidArgument`] for
+    /// directories and symlinks, which have their own constructors.
+    pub fn special(kind: FileKind, mode: u32, uid: u32, gid: u32, rdev: u64) -> Result<Self> {
+        match kind {
+            FileKind::Dir | FileKind::Symlink => Err(MetaError::invalid("mknod of dir/symlink")),
+            FileKind::File => Ok(Self::file(mode, uid, gid)),
+            _ => Ok(NewNode {
+                rdev,
+                ..Self::plain(kind, mode, uid, gid)
+            }),
+        }
+    }
+
+    fn plain(kind: FileKind, mode: u32, uid: u32, gid: u32) -> Self {
+        NewNode {
+            kind,
+            mode,
+            uid,
+            gid,
+            rdev: 0,
+            target: None,
+        }
+    }
+}
+
 /// One entry returned by [`MetaStore::readdir`] (`.` and `..` are not stored).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirEntry {
