@@ -151,17 +151,19 @@ impl MetaStore {
             }
             let now = Timespec::now();
             tx.put_inode(&InodeRow {
-                ino: ROOT_INO,
-                kind: FileKind::Dir,
-                mode: 0o755,
-                uid: 0,
-                gid: 0,
-                size: 0,
-                nlink: 2,
-                atime: now,
-                mtime: now,
-                ctime: now,
-                rdev: 0,
+                attr: Attr {
+                    ino: ROOT_INO,
+                    kind: FileKind::Dir,
+                    mode: 0o755,
+                    uid: 0,
+                    gid: 0,
+                    size: 0,
+                    nlink: 2,
+                    atime: now,
+                    mtime: now,
+                    ctime: now,
+                    rdev: 0,
+                },
                 parent: 0,
                 target: None,
             })?;

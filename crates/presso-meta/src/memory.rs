@@ -57,7 +57,7 @@ fn restore<K: Ord, V>(map: &mut BTreeMap<K, V>, key: K, old: Option<V>) {
 impl State {
     /// Replaces (or with `None` removes) an inode row, keeping the orphan set in step.
     fn set_inode(&mut self, ino: u64, row: Option<InodeRow>) -> Option<InodeRow> {
-        let orphan = row.as_ref().is_some_and(|r| r.nlink == 0);
+        let orphan = row.as_ref().is_some_and(|r| r.attr.nlink == 0);
         let old = match row {
             Some(r) => self.inodes.insert(ino, r),
             None => self.inodes.remove(&ino),
@@ -200,8 +200,8 @@ impl Txn for MemTxn<'_> {
 
     fn put_inode(&mut self, row: &InodeRow) -> Result<()> {
         let (st, undo) = self.st_mut()?;
-        let old = st.set_inode(row.ino, Some(row.clone()));
-        undo.push(Undo::Inode(row.ino, old));
+        let old = st.set_inode(row.attr.ino, Some(row.clone()));
+        undo.push(Undo::Inode(row.attr.ino, old));
         Ok(())
     }
 

@@ -31,7 +31,7 @@ pub(crate) fn inode(tx: &mut dyn Txn, ino: u64) -> Result<InodeRow> {
 
 pub(crate) fn dir(tx: &mut dyn Txn, ino: u64) -> Result<InodeRow> {
     let row = inode(tx, ino)?;
-    if row.kind != FileKind::Dir {
+    if row.attr.kind != FileKind::Dir {
         return Err(MetaError::NotDir);
     }
     Ok(row)
@@ -46,10 +46,10 @@ fn alloc_ino(tx: &mut dyn Txn) -> Result<u64> {
 /// Adds `delta` to a directory's link count and stamps its mtime/ctime.
 pub(crate) fn adjust_dir(tx: &mut dyn Txn, ino: u64, delta: i64, now: Timespec) -> Result<()> {
     let mut row = dir(tx, ino)?;
-    let n = i64::from(row.nlink) + delta;
-    row.nlink = u32::try_from(n).map_err(|_| MetaError::TooManyLinks)?;
-    row.mtime = now;
-    row.ctime = now;
+    let n = i64::from(row.attr.nlink) + delta;
+    row.attr.nlink = u32::try_from(n).map_err(|_| MetaError::TooManyLinks)?;
+    row.attr.mtime = now;
+    row.attr.ctime = now;
     tx.put_inode(&row)
 }
 
@@ -98,20 +98,20 @@ pub(crate) fn drop_link(
     is_open: &dyn Fn(u64) -> bool,
     now: Timespec,
 ) -> Result<Unlinked> {
-    row.nlink = row.nlink.saturating_sub(1);
-    row.ctime = now;
-    let (fate, freed) = if row.nlink > 0 {
+    row.attr.nlink = row.attr.nlink.saturating_sub(1);
+    row.attr.ctime = now;
+    let (fate, freed) = if row.attr.nlink > 0 {
         tx.put_inode(&row)?;
         (LinkFate::Linked, Vec::new())
-    } else if is_open(row.ino) {
+    } else if is_open(row.attr.ino) {
         tx.put_inode(&row)?;
         (LinkFate::Orphaned, Vec::new())
     } else {
-        (LinkFate::Removed, purge_records(tx, row.ino)?)
+        (LinkFate::Removed, purge_records(tx, row.attr.ino)?)
     };
     Ok(Unlinked {
-        ino: row.ino,
-        kind: row.kind,
+        ino: row.attr.ino,
+        kind: row.attr.kind,
         fate,
         freed,
     })
@@ -124,13 +124,13 @@ impl MetaStore {
         self.read(|tx| {
             dir(tx, parent)?;
             let d = tx.get_dentry(parent, name)?.ok_or(MetaError::NotFound)?;
-            Ok(Attr::from(&inode(tx, d.ino)?))
+            Ok(inode(tx, d.ino)?.attr)
         })
     }
 
     /// Attributes of an inode.
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
-        self.read(|tx| Ok(Attr::from(&inode(tx, ino)?)))
+        self.read(|tx| Ok(inode(tx, ino)?.attr))
     }
 
     /// The parent of a directory (the root is its own parent), for `..`.
@@ -161,23 +161,25 @@ impl MetaStore {
             let kind = node.kind;
             let is_dir = kind == FileKind::Dir;
             let row = InodeRow {
-                ino,
-                kind,
-                mode: if kind == FileKind::Symlink {
-                    0o777
-                } else {
-                    node.mode & 0o7777
-                },
-                uid: node.uid,
-                gid: node.gid,
-                size: target.map_or(0, |t| t.len() as u64),
-                nlink: if is_dir { 2 } else { 1 },
-                atime: now,
-                mtime: now,
-                ctime: now,
-                rdev: match kind {
-                    FileKind::File | FileKind::Dir | FileKind::Symlink => 0,
-                    _ => node.rdev,
+                attr: Attr {
+                    ino,
+                    kind,
+                    mode: if kind == FileKind::Symlink {
+                        0o777
+                    } else {
+                        node.mode & 0o7777
+                    },
+                    uid: node.uid,
+                    gid: node.gid,
+                    size: target.map_or(0, |t| t.len() as u64),
+                    nlink: if is_dir { 2 } else { 1 },
+                    atime: now,
+                    mtime: now,
+                    ctime: now,
+                    rdev: match kind {
+                        FileKind::File | FileKind::Dir | FileKind::Symlink => 0,
+                        _ => node.rdev,
+                    },
                 },
                 parent,
                 target: target.map(<[u8]>::to_vec),
@@ -185,7 +187,7 @@ impl MetaStore {
             adjust_dir(tx, parent, i64::from(is_dir), now)?;
             tx.put_inode(&row)?;
             tx.put_dentry(parent, name, Dentry { ino, kind })?;
-            Ok(Attr::from(&row))
+            Ok(row.attr)
         })
     }
 
@@ -193,7 +195,7 @@ impl MetaStore {
     pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
         self.read(|tx| {
             let row = inode(tx, ino)?;
-            match (row.kind, row.target) {
+            match (row.attr.kind, row.target) {
                 (FileKind::Symlink, Some(t)) => Ok(t),
                 _ => Err(MetaError::invalid("not a symlink")),
             }
@@ -205,10 +207,10 @@ impl MetaStore {
         check_name(new_name)?;
         self.write(|tx| {
             let mut row = inode(tx, ino)?;
-            if row.kind == FileKind::Dir {
+            if row.attr.kind == FileKind::Dir {
                 return Err(MetaError::NotPermitted);
             }
-            if row.nlink == 0 {
+            if row.attr.nlink == 0 {
                 return Err(MetaError::NotFound);
             }
             dir(tx, new_parent)?;
@@ -216,19 +218,23 @@ impl MetaStore {
                 return Err(MetaError::Exists);
             }
             let now = Timespec::now();
-            row.nlink = row.nlink.checked_add(1).ok_or(MetaError::TooManyLinks)?;
-            row.ctime = now;
+            row.attr.nlink = row
+                .attr
+                .nlink
+                .checked_add(1)
+                .ok_or(MetaError::TooManyLinks)?;
+            row.attr.ctime = now;
             tx.put_inode(&row)?;
             tx.put_dentry(
                 new_parent,
                 new_name,
                 Dentry {
                     ino,
-                    kind: row.kind,
+                    kind: row.attr.kind,
                 },
             )?;
             adjust_dir(tx, new_parent, 0, now)?;
-            Ok(Attr::from(&row))
+            Ok(row.attr)
         })
     }
 
@@ -261,7 +267,7 @@ impl MetaStore {
     /// directory or still has names.
     pub fn forget(&self, ino: u64) -> Result<Option<Vec<RecordRef>>> {
         self.write(|tx| match tx.get_inode(ino)? {
-            Some(row) if row.nlink == 0 && row.kind != FileKind::Dir => {
+            Some(row) if row.attr.nlink == 0 && row.attr.kind != FileKind::Dir => {
                 Ok(Some(purge_records(tx, ino)?))
             }
             _ => Ok(None),
@@ -310,32 +316,32 @@ impl MetaStore {
             let mut row = inode(tx, ino)?;
             let now = Timespec::now();
             if let Some(size) = set.size {
-                match row.kind {
+                match row.attr.kind {
                     FileKind::File => {}
                     FileKind::Dir => return Err(MetaError::IsDir),
                     _ => return Err(MetaError::invalid("size change on a non-regular file")),
                 }
-                row.size = size;
-                row.mtime = now;
+                row.attr.size = size;
+                row.attr.mtime = now;
             }
             if let Some(mode) = set.mode {
-                row.mode = mode & 0o7777;
+                row.attr.mode = mode & 0o7777;
             }
             if let Some(uid) = set.uid {
-                row.uid = uid;
+                row.attr.uid = uid;
             }
             if let Some(gid) = set.gid {
-                row.gid = gid;
+                row.attr.gid = gid;
             }
             if let Some(t) = set.atime {
-                row.atime = t;
+                row.attr.atime = t;
             }
             if let Some(t) = set.mtime {
-                row.mtime = t;
+                row.attr.mtime = t;
             }
-            row.ctime = now;
+            row.attr.ctime = now;
             tx.put_inode(&row)?;
-            Ok(Attr::from(&row))
+            Ok(row.attr)
         })
     }
 
@@ -353,7 +359,7 @@ impl MetaStore {
                 let orphan = ino != ROOT_INO
                     && tx
                         .get_inode(ino)?
-                        .is_some_and(|row| row.nlink == 0 && row.kind != FileKind::Dir);
+                        .is_some_and(|row| row.attr.nlink == 0 && row.attr.kind != FileKind::Dir);
                 if !orphan {
                     continue;
                 }

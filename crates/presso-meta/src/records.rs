@@ -43,7 +43,7 @@ fn to_range(r: impl RangeBounds<u64>) -> Range<u64> {
 impl MetaStore {
     fn file(tx: &mut dyn Txn, ino: u64) -> Result<InodeRow> {
         let row = inode(tx, ino)?;
-        match row.kind {
+        match row.attr.kind {
             FileKind::File => Ok(row),
             FileKind::Dir => Err(MetaError::IsDir),
             _ => Err(MetaError::invalid("records on a non-regular file")),

@@ -111,7 +111,7 @@ impl MetaStore {
             tx.put_dentry(new_parent, new_name, src)?;
             let mut moved = inode(tx, src.ino)?;
             moved.parent = new_parent;
-            moved.ctime = now;
+            moved.attr.ctime = now;
             tx.put_inode(&moved)?;
             let delta = i64::from(src_is_dir && old_parent != new_parent);
             adjust_dir(tx, old_parent, -delta, now)?;

@@ -28,7 +28,7 @@ fn is_file(tx: &mut dyn Txn, files: &mut HashMap<u64, bool>, ino: u64) -> Result
     }
     let yes = tx
         .get_inode(ino)?
-        .is_some_and(|row| row.kind == FileKind::File);
+        .is_some_and(|row| row.attr.kind == FileKind::File);
     files.insert(ino, yes);
     Ok(yes)
 }
@@ -109,13 +109,13 @@ fn apply_ops(tx: &mut dyn Txn, ops: &[TxgOp]) -> Result<TxgOutcome> {
                     files.insert(*ino, false);
                     continue;
                 };
-                files.insert(*ino, row.kind == FileKind::File);
-                if row.kind != FileKind::File {
+                files.insert(*ino, row.attr.kind == FileKind::File);
+                if row.attr.kind != FileKind::File {
                     continue;
                 }
-                row.size = *size;
-                row.mtime = *mtime;
-                row.ctime = row.ctime.max(*mtime);
+                row.attr.size = *size;
+                row.attr.mtime = *mtime;
+                row.attr.ctime = row.attr.ctime.max(*mtime);
                 tx.put_inode(&row)?;
             }
         }

@@ -52,19 +52,7 @@ impl Attr {
 
 impl From<&InodeRow> for Attr {
     fn from(r: &InodeRow) -> Self {
-        Attr {
-            ino: r.ino,
-            kind: r.kind,
-            mode: r.mode,
-            uid: r.uid,
-            gid: r.gid,
-            size: r.size,
-            nlink: r.nlink,
-            atime: r.atime,
-            mtime: r.mtime,
-            ctime: r.ctime,
-            rdev: r.rdev,
-        }
+        r.attr.clone()
     }
 }
 

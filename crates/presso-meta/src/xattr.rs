@@ -43,7 +43,7 @@ impl MetaStore {
                 _ => {}
             }
             tx.set_xattr(ino, name, value)?;
-            row.ctime = Timespec::now();
+            row.attr.ctime = Timespec::now();
             tx.put_inode(&row)
         })
     }
@@ -64,7 +64,7 @@ impl MetaStore {
             if !tx.delete_xattr(ino, name)? {
                 return Err(MetaError::NoAttribute);
             }
-            row.ctime = Timespec::now();
+            row.attr.ctime = Timespec::now();
             tx.put_inode(&row)
         })
     }

@@ -1907,19 +1907,21 @@ fn readers_run_while_a_writer_commits(s: &MetaStore) {
 // engine-level: dropped write transactions leave no trace
 
 fn engine_rollback(e: &dyn MetaEngine) {
-    use presso_meta::{Dentry, InodeRow};
+    use presso_meta::{Attr, Dentry, InodeRow};
     let row = InodeRow {
-        ino: 42,
-        kind: FileKind::File,
-        mode: 0o644,
-        uid: 0,
-        gid: 0,
-        size: 0,
-        nlink: 1,
-        atime: Timespec::default(),
-        mtime: Timespec::default(),
-        ctime: Timespec::default(),
-        rdev: 0,
+        attr: Attr {
+            ino: 42,
+            kind: FileKind::File,
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            size: 0,
+            nlink: 1,
+            atime: Timespec::default(),
+            mtime: Timespec::default(),
+            ctime: Timespec::default(),
+            rdev: 0,
+        },
         parent: 1,
         target: None,
     };

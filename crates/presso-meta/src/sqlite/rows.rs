@@ -1,6 +1,7 @@
 //! Conversions between SQLite rows and engine rows, and the SQL text shared by several queries.
 
 use crate::engine::{FileKind, InodeRow, RecordLocation, RecordRef, Timespec};
+use crate::Attr;
 
 pub(super) fn ts(s: i64, ns: i64) -> Timespec {
     Timespec {
@@ -13,17 +14,19 @@ pub(super) fn row_to_inode(r: &rusqlite::Row<'_>) -> rusqlite::Result<(InodeRow,
     let kind: u8 = r.get(1)?;
     Ok((
         InodeRow {
-            ino: r.get::<_, i64>(0)? as u64,
-            kind: FileKind::File,
-            mode: r.get(2)?,
-            uid: r.get(3)?,
-            gid: r.get(4)?,
-            size: r.get::<_, i64>(5)? as u64,
-            nlink: r.get(6)?,
-            atime: ts(r.get(7)?, r.get(8)?),
-            mtime: ts(r.get(9)?, r.get(10)?),
-            ctime: ts(r.get(11)?, r.get(12)?),
-            rdev: r.get::<_, i64>(13)? as u64,
+            attr: Attr {
+                ino: r.get::<_, i64>(0)? as u64,
+                kind: FileKind::File,
+                mode: r.get(2)?,
+                uid: r.get(3)?,
+                gid: r.get(4)?,
+                size: r.get::<_, i64>(5)? as u64,
+                nlink: r.get(6)?,
+                atime: ts(r.get(7)?, r.get(8)?),
+                mtime: ts(r.get(9)?, r.get(10)?),
+                ctime: ts(r.get(11)?, r.get(12)?),
+                rdev: r.get::<_, i64>(13)? as u64,
+            },
             parent: r.get::<_, i64>(14)? as u64,
             target: r.get(15)?,
         },

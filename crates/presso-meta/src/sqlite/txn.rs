@@ -85,7 +85,7 @@ impl Txn for SqliteTxn<'_> {
         match got {
             None => Ok(None),
             Some((mut row, kind)) => {
-                row.kind = FileKind::from_code(kind)?;
+                row.attr.kind = FileKind::from_code(kind)?;
                 Ok(Some(row))
             }
         }
@@ -101,20 +101,20 @@ impl Txn for SqliteTxn<'_> {
             )
             .map_err(eng)?;
         st.execute(params![
-            row.ino as i64,
-            row.kind.code(),
-            row.mode,
-            row.uid,
-            row.gid,
-            row.size as i64,
-            row.nlink,
-            row.atime.secs,
-            row.atime.nsec,
-            row.mtime.secs,
-            row.mtime.nsec,
-            row.ctime.secs,
-            row.ctime.nsec,
-            row.rdev as i64,
+            row.attr.ino as i64,
+            row.attr.kind.code(),
+            row.attr.mode,
+            row.attr.uid,
+            row.attr.gid,
+            row.attr.size as i64,
+            row.attr.nlink,
+            row.attr.atime.secs,
+            row.attr.atime.nsec,
+            row.attr.mtime.secs,
+            row.attr.mtime.nsec,
+            row.attr.ctime.secs,
+            row.attr.ctime.nsec,
+            row.attr.rdev as i64,
             row.parent as i64,
             row.target,
         ])
