@@ -10,9 +10,14 @@
 //! - [`engine`]: the [`MetaEngine`] / [`Txn`] traits — small, transactional row primitives
 //!   (get/put/delete inode, dentry, xattr, record, property, counter). Engines know nothing about
 //!   POSIX.
-//! - [`MetaStore`] (this file): every POSIX rule (name validation, link counts, rename
-//!   replacement rules, loop detection, orphans, xattr flags, accounting, property inheritance) is
-//!   implemented exactly once, over the primitives, each operation in one write transaction.
+//! - [`MetaStore`]: every POSIX rule (name validation, link counts, rename replacement rules,
+//!   loop detection, orphans, xattr flags, accounting, property inheritance) is implemented
+//!   exactly once, over the primitives, each operation in one write transaction. This file holds
+//!   the struct and its constructors; its methods live in one private module per concern:
+//!   `namespace` (lookups, node creation, links, removal, readdir, setattr, orphans), `rename`,
+//!   `xattr`, `records` (record map and pool-wide record views), `txg` (transaction groups),
+//!   `props` (properties) and `accounting` (space counters). The plain data types of the API are
+//!   in `types`.
 //! - Engines: [`sqlite::SqliteEngine`] (durable, WAL) and [`memory::MemoryEngine`] (reference
 //!   model and test engine).
 //! - `tests/conformance.rs`: one suite run against every engine, plus a property test checking

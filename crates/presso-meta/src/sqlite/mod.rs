@@ -73,14 +73,36 @@ pub struct SqliteOptions {
 /// Classifies a SQLite failure by its result code (never by its message): full disk or page
 /// limit, damaged file, or anything else.
 fn eng(e: rusqlite::Error) -> MetaError {
+    classify(e, None)
+}
+
+/// [`eng`] for a failure on `conn`, which can also tell an I/O error caused by a full disk
+/// (`ENOSPC`, e.g. while growing the WAL index) from other I/O errors.
+fn eng_on(conn: &Connection) -> impl Fn(rusqlite::Error) -> MetaError + '_ {
+    move |e| classify(e, Some(conn))
+}
+
+fn classify(e: rusqlite::Error, conn: Option<&Connection>) -> MetaError {
     use rusqlite::ffi::ErrorCode;
     match e.sqlite_error_code() {
         Some(ErrorCode::DiskFull) => MetaError::Full,
+        Some(ErrorCode::SystemIoFailure)
+            if conn.is_some_and(|c| system_errno(c) == libc::ENOSPC) =>
+        {
+            MetaError::Full
+        }
         Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => {
             MetaError::Corrupt(format!("sqlite: {e}"))
         }
         _ => MetaError::engine(format!("sqlite: {e}")),
     }
+}
+
+/// The OS error number behind the last failed call on `conn`.
+fn system_errno(conn: &Connection) -> i32 {
+    // SAFETY: the handle is valid while `conn` is borrowed, and sqlite3_system_errno only reads a
+    // field of the connection; it does not use or keep the pointer beyond the call.
+    unsafe { rusqlite::ffi::sqlite3_system_errno(conn.handle()) }
 }
 
 fn poisoned<T>(_: T) -> MetaError {
@@ -134,7 +156,8 @@ impl SqliteEngine {
         let _mode: String = conn
             .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
             .map_err(eng)?;
-        conn.execute_batch(opts.synchronous.pragma()).map_err(eng)?;
+        conn.execute_batch(opts.synchronous.pragma())
+            .map_err(eng_on(&conn))?;
 
         schema::create_or_check(&mut conn)?;
         // Read connections are opened later, possibly after the working directory changed.
@@ -225,7 +248,7 @@ impl SqliteEngine {
         let mut w = self.writer.lock().map_err(poisoned)?;
         if !w.conn.is_autocommit() {
             // Left open by a failed rollback; nothing of it may survive.
-            w.conn.execute_batch("ROLLBACK").map_err(eng)?;
+            w.conn.execute_batch("ROLLBACK").map_err(eng_on(&w.conn))?;
         }
         let want = if durable {
             Synchronous::Full
@@ -233,10 +256,14 @@ impl SqliteEngine {
             self.sync
         };
         if w.sync_now != want {
-            w.conn.execute_batch(want.pragma()).map_err(eng)?;
+            w.conn
+                .execute_batch(want.pragma())
+                .map_err(eng_on(&w.conn))?;
             w.sync_now = want;
         }
-        w.conn.execute_batch("BEGIN IMMEDIATE").map_err(eng)?;
+        w.conn
+            .execute_batch("BEGIN IMMEDIATE")
+            .map_err(eng_on(&w.conn))?;
         Ok(SqliteTxn {
             handle: Handle::Write(w),
             open: true,

@@ -155,3 +155,20 @@ fn a_full_database_is_reported_as_full() {
     // The failed transaction left no trace and the store still answers.
     assert_eq!(store.getattr(crate::ROOT_INO).unwrap().ino, crate::ROOT_INO);
 }
+
+#[test]
+fn failures_are_classified_by_result_code() {
+    let fail = |code| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None);
+    let conn = Connection::open_in_memory().unwrap();
+    assert_eq!(eng(fail(rusqlite::ffi::SQLITE_FULL)), MetaError::Full);
+    for code in [rusqlite::ffi::SQLITE_CORRUPT, rusqlite::ffi::SQLITE_NOTADB] {
+        assert!(matches!(eng(fail(code)), MetaError::Corrupt(_)));
+    }
+    // an I/O error is "full" only when the OS said ENOSPC, which it did not here
+    let io = eng_on(&conn)(fail(rusqlite::ffi::SQLITE_IOERR));
+    assert!(matches!(io, MetaError::EngineFailure(_)), "{io:?}");
+    assert!(matches!(
+        eng(fail(rusqlite::ffi::SQLITE_BUSY)),
+        MetaError::EngineFailure(_)
+    ));
+}

@@ -11,7 +11,7 @@ use super::rows::{
     idx, records_in_segment_sql, row_to_inode, row_to_location, row_to_record, CODEC_USAGE_SQL,
     LIST_ORPHANS_SQL, RECORD_COLS, SEGMENT_USAGE_SQL,
 };
-use super::{eng, SqliteEngine, Writer, COUNTER_DURABLE_COMMITS};
+use super::{eng_on, SqliteEngine, Writer, COUNTER_DURABLE_COMMITS};
 use crate::engine::{
     CodecSpace, Dentry, FileKind, InodeRow, RecordLocation, RecordRef, SegmentUsage, Txn,
 };
@@ -57,6 +57,15 @@ impl SqliteTxn<'_> {
         }
     }
 
+    /// Converts a SQLite failure of this transaction (see [`eng_on`]).
+    fn err(&self) -> impl Fn(rusqlite::Error) -> MetaError + '_ {
+        let conn = self.c().ok();
+        move |e| match conn {
+            Some(c) => eng_on(c)(e),
+            None => super::eng(e),
+        }
+    }
+
     /// The connection, if this is a write transaction.
     pub(super) fn w(&self) -> Result<&Connection> {
         match &self.handle {
@@ -77,11 +86,11 @@ impl Txn for SqliteTxn<'_> {
                         mtime_ns, ctime_s, ctime_ns, rdev, parent, target
                  FROM inodes WHERE ino = ?1",
             )
-            .map_err(eng)?;
+            .map_err(self.err())?;
         let got = st
             .query_row(params![ino as i64], row_to_inode)
             .optional()
-            .map_err(eng)?;
+            .map_err(self.err())?;
         match got {
             None => Ok(None),
             Some((mut row, kind)) => {
@@ -99,7 +108,7 @@ impl Txn for SqliteTxn<'_> {
                     atime_ns, mtime_s, mtime_ns, ctime_s, ctime_ns, rdev, parent, target)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
             )
-            .map_err(eng)?;
+            .map_err(self.err())?;
         st.execute(params![
             row.attr.ino as i64,
             row.attr.kind.code(),
@@ -118,7 +127,7 @@ impl Txn for SqliteTxn<'_> {
             row.parent as i64,
             row.target,
         ])
-        .map_err(eng)?;
+        .map_err(self.err())?;
         Ok(())
     }
 
@@ -126,9 +135,9 @@ impl Txn for SqliteTxn<'_> {
         let n = self
             .w()?
             .prepare_cached("DELETE FROM inodes WHERE ino = ?1")
-            .map_err(eng)?
+            .map_err(self.err())?
             .execute(params![ino as i64])
-            .map_err(eng)?;
+            .map_err(self.err())?;
         Ok(n > 0)
     }
 
@@ -136,10 +145,10 @@ impl Txn for SqliteTxn<'_> {
         let got: Option<(i64, u8)> = self
             .c()?
             .prepare_cached("SELECT ino, kind FROM dentries WHERE parent = ?1 AND name = ?2")
-            .map_err(eng)?
+            .map_err(self.err())?
             .query_row(params![parent as i64, name], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()
-            .map_err(eng)?;
+            .map_err(self.err())?;
         got.map(|(ino, k)| {
             Ok(Dentry {
                 ino: ino as u64,
@@ -154,14 +163,14 @@ impl Txn for SqliteTxn<'_> {
             .prepare_cached(
                 "INSERT OR REPLACE INTO dentries (parent, name, ino, kind) VALUES (?1, ?2, ?3, ?4)",
             )
-            .map_err(eng)?
+            .map_err(self.err())?
             .execute(params![
                 parent as i64,
                 name,
                 entry.ino as i64,
                 entry.kind.code()
             ])
-            .map_err(eng)?;
+            .map_err(self.err())?;
         Ok(())
     }
 
@@ -169,9 +178,9 @@ impl Txn for SqliteTxn<'_> {
         let n = self
             .w()?
             .prepare_cached("DELETE FROM dentries WHERE parent = ?1 AND name = ?2")
-            .map_err(eng)?
+            .map_err(self.err())?
             .execute(params![parent as i64, name])
-            .map_err(eng)?;
+            .map_err(self.err())?;
         Ok(n > 0)
     }
 
@@ -189,7 +198,7 @@ impl Txn for SqliteTxn<'_> {
                  WHERE parent = ?1 AND (?2 IS NULL OR name > ?2)
                  ORDER BY name LIMIT ?3",
             )
-            .map_err(eng)?;
+            .map_err(self.err())?;
         let rows = st
             .query_map(params![parent as i64, after, limit], |r| {
                 Ok((
@@ -198,10 +207,10 @@ impl Txn for SqliteTxn<'_> {
                     r.get::<_, u8>(2)?,
                 ))
             })
-            .map_err(eng)?;
+            .map_err(self.err())?;
         let mut out = Vec::new();
         for row in rows {
-            let (name, ino, k) = row.map_err(eng)?;
+            let (name, ino, k) = row.map_err(self.err())?;
             out.push((
                 name,
                 Dentry {
@@ -217,27 +226,27 @@ impl Txn for SqliteTxn<'_> {
         let n: i64 = self
             .c()?
             .prepare_cached("SELECT COUNT(*) FROM dentries WHERE parent = ?1")
-            .map_err(eng)?
+            .map_err(self.err())?
             .query_row(params![parent as i64], |r| r.get(0))
-            .map_err(eng)?;
+            .map_err(self.err())?;
         Ok(n as u64)
     }
 
     fn get_xattr(&mut self, ino: u64, name: &[u8]) -> Result<Option<Vec<u8>>> {
         self.c()?
             .prepare_cached("SELECT value FROM xattrs WHERE ino = ?1 AND name = ?2")
-            .map_err(eng)?
+            .map_err(self.err())?
             .query_row(params![ino as i64, name], |r| r.get(0))
             .optional()
-            .map_err(eng)
+            .map_err(self.err())
     }
 
     fn set_xattr(&mut self, ino: u64, name: &[u8], value: &[u8]) -> Result<()> {
         self.w()?
             .prepare_cached("INSERT OR REPLACE INTO xattrs (ino, name, value) VALUES (?1, ?2, ?3)")
-            .map_err(eng)?
+            .map_err(self.err())?
             .execute(params![ino as i64, name, value])
-            .map_err(eng)?;
+            .map_err(self.err())?;
         Ok(())
     }
 
@@ -245,9 +254,9 @@ impl Txn for SqliteTxn<'_> {
         let n = self
             .w()?
             .prepare_cached("DELETE FROM xattrs WHERE ino = ?1 AND name = ?2")
-            .map_err(eng)?
+            .map_err(self.err())?
             .execute(params![ino as i64, name])
-            .map_err(eng)?;
+            .map_err(self.err())?;
         Ok(n > 0)
     }
 
@@ -255,12 +264,12 @@ impl Txn for SqliteTxn<'_> {
         let mut st = self
             .c()?
             .prepare_cached("SELECT name FROM xattrs WHERE ino = ?1 ORDER BY name")
-            .map_err(eng)?;
+            .map_err(self.err())?;
         let rows = st
             .query_map(params![ino as i64], |r| r.get(0))
-            .map_err(eng)?;
+            .map_err(self.err())?;
         rows.collect::<rusqlite::Result<Vec<Vec<u8>>>>()
-            .map_err(eng)
+            .map_err(self.err())
     }
 
     fn get_record(&mut self, ino: u64, index: u64) -> Result<Option<RecordRef>> {
@@ -268,10 +277,10 @@ impl Txn for SqliteTxn<'_> {
             .prepare_cached(&format!(
                 "SELECT {RECORD_COLS} FROM records WHERE ino = ?1 AND idx = ?2"
             ))
-            .map_err(eng)?
+            .map_err(self.err())?
             .query_row(params![ino as i64, idx(index)], |r| row_to_record(r, 1))
             .optional()
-            .map_err(eng)
+            .map_err(self.err())
     }
 
     fn put_record(&mut self, ino: u64, index: u64, rec: &RecordRef) -> Result<()> {
@@ -280,7 +289,7 @@ impl Txn for SqliteTxn<'_> {
                 "INSERT OR REPLACE INTO records (ino, {RECORD_COLS})
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
             ))
-            .map_err(eng)?
+            .map_err(self.err())?
             .execute(params![
                 ino as i64,
                 idx(index),
@@ -292,7 +301,7 @@ impl Txn for SqliteTxn<'_> {
                 rec.checksum as i64,
                 rec.inline,
             ])
-            .map_err(eng)?;
+            .map_err(self.err())?;
         Ok(())
     }
 
@@ -300,9 +309,9 @@ impl Txn for SqliteTxn<'_> {
         let n = self
             .w()?
             .prepare_cached("DELETE FROM records WHERE ino = ?1 AND idx = ?2")
-            .map_err(eng)?
+            .map_err(self.err())?
             .execute(params![ino as i64, idx(index)])
-            .map_err(eng)?;
+            .map_err(self.err())?;
         Ok(n > 0)
     }
 
@@ -313,13 +322,14 @@ impl Txn for SqliteTxn<'_> {
                 "SELECT {RECORD_COLS} FROM records
                  WHERE ino = ?1 AND idx >= ?2 AND idx < ?3 ORDER BY idx"
             ))
-            .map_err(eng)?;
+            .map_err(self.err())?;
         let rows = st
             .query_map(params![ino as i64, idx(range.start), idx(range.end)], |r| {
                 Ok((r.get::<_, i64>(0)? as u64, row_to_record(r, 1)?))
             })
-            .map_err(eng)?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(eng)
+            .map_err(self.err())?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(self.err())
     }
 
     fn delete_records_from(&mut self, ino: u64, from: u64) -> Result<Vec<(u64, RecordRef)>> {
@@ -327,14 +337,17 @@ impl Txn for SqliteTxn<'_> {
         let out = self.list_records(ino, from..u64::MAX)?;
         self.w()?
             .prepare_cached("DELETE FROM records WHERE ino = ?1 AND idx >= ?2")
-            .map_err(eng)?
+            .map_err(self.err())?
             .execute(params![ino as i64, idx(from)])
-            .map_err(eng)?;
+            .map_err(self.err())?;
         Ok(out)
     }
 
     fn segment_usage(&mut self) -> Result<BTreeMap<u64, SegmentUsage>> {
-        let mut st = self.c()?.prepare_cached(SEGMENT_USAGE_SQL).map_err(eng)?;
+        let mut st = self
+            .c()?
+            .prepare_cached(SEGMENT_USAGE_SQL)
+            .map_err(self.err())?;
         let rows = st
             .query_map([], |r| {
                 Ok((
@@ -345,13 +358,16 @@ impl Txn for SqliteTxn<'_> {
                     },
                 ))
             })
-            .map_err(eng)?;
+            .map_err(self.err())?;
         rows.collect::<rusqlite::Result<BTreeMap<_, _>>>()
-            .map_err(eng)
+            .map_err(self.err())
     }
 
     fn codec_usage(&mut self) -> Result<BTreeMap<u8, CodecSpace>> {
-        let mut st = self.c()?.prepare_cached(CODEC_USAGE_SQL).map_err(eng)?;
+        let mut st = self
+            .c()?
+            .prepare_cached(CODEC_USAGE_SQL)
+            .map_err(self.err())?;
         let rows = st
             .query_map([], |r| {
                 Ok((
@@ -363,20 +379,21 @@ impl Txn for SqliteTxn<'_> {
                     },
                 ))
             })
-            .map_err(eng)?;
+            .map_err(self.err())?;
         rows.collect::<rusqlite::Result<BTreeMap<_, _>>>()
-            .map_err(eng)
+            .map_err(self.err())
     }
 
     fn records_in_segment(&mut self, segment: u64) -> Result<Vec<RecordLocation>> {
         let mut st = self
             .c()?
             .prepare_cached(&records_in_segment_sql())
-            .map_err(eng)?;
+            .map_err(self.err())?;
         let rows = st
             .query_map(params![segment as i64], row_to_location)
-            .map_err(eng)?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(eng)
+            .map_err(self.err())?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(self.err())
     }
 
     fn scan_records(
@@ -391,46 +408,50 @@ impl Txn for SqliteTxn<'_> {
                 .prepare_cached(&format!(
                     "SELECT ino, {RECORD_COLS} FROM records ORDER BY ino, idx LIMIT ?1"
                 ))
-                .map_err(eng)?
+                .map_err(self.err())?
                 .query_map(params![limit], row_to_location)
-                .map_err(eng)?
+                .map_err(self.err())?
                 .collect::<rusqlite::Result<Vec<_>>>(),
             Some((ino, index)) => conn
                 .prepare_cached(&format!(
                     "SELECT ino, {RECORD_COLS} FROM records
                      WHERE (ino, idx) > (?1, ?2) ORDER BY ino, idx LIMIT ?3"
                 ))
-                .map_err(eng)?
+                .map_err(self.err())?
                 .query_map(params![ino as i64, idx(index), limit], row_to_location)
-                .map_err(eng)?
+                .map_err(self.err())?
                 .collect::<rusqlite::Result<Vec<_>>>(),
         };
-        rows.map_err(eng)
+        rows.map_err(self.err())
     }
 
     fn list_orphans(&mut self) -> Result<Vec<u64>> {
-        let mut st = self.c()?.prepare_cached(LIST_ORPHANS_SQL).map_err(eng)?;
+        let mut st = self
+            .c()?
+            .prepare_cached(LIST_ORPHANS_SQL)
+            .map_err(self.err())?;
         let rows = st
             .query_map([], |r| Ok(r.get::<_, i64>(0)? as u64))
-            .map_err(eng)?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(eng)
+            .map_err(self.err())?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(self.err())
     }
 
     fn get_prop(&mut self, ino: u64, name: &str) -> Result<Option<String>> {
         self.c()?
             .prepare_cached("SELECT value FROM props WHERE ino = ?1 AND name = ?2")
-            .map_err(eng)?
+            .map_err(self.err())?
             .query_row(params![ino as i64, name], |r| r.get(0))
             .optional()
-            .map_err(eng)
+            .map_err(self.err())
     }
 
     fn set_prop(&mut self, ino: u64, name: &str, value: &str) -> Result<()> {
         self.w()?
             .prepare_cached("INSERT OR REPLACE INTO props (ino, name, value) VALUES (?1, ?2, ?3)")
-            .map_err(eng)?
+            .map_err(self.err())?
             .execute(params![ino as i64, name, value])
-            .map_err(eng)?;
+            .map_err(self.err())?;
         Ok(())
     }
 
@@ -438,9 +459,9 @@ impl Txn for SqliteTxn<'_> {
         let n = self
             .w()?
             .prepare_cached("DELETE FROM props WHERE ino = ?1 AND name = ?2")
-            .map_err(eng)?
+            .map_err(self.err())?
             .execute(params![ino as i64, name])
-            .map_err(eng)?;
+            .map_err(self.err())?;
         Ok(n > 0)
     }
 
@@ -448,30 +469,31 @@ impl Txn for SqliteTxn<'_> {
         let mut st = self
             .c()?
             .prepare_cached("SELECT name, value FROM props WHERE ino = ?1 ORDER BY name")
-            .map_err(eng)?;
+            .map_err(self.err())?;
         let rows = st
             .query_map(params![ino as i64], |r| Ok((r.get(0)?, r.get(1)?)))
-            .map_err(eng)?;
-        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(eng)
+            .map_err(self.err())?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(self.err())
     }
 
     fn get_counter(&mut self, name: &str) -> Result<u64> {
         let v: Option<i64> = self
             .c()?
             .prepare_cached("SELECT value FROM counters WHERE name = ?1")
-            .map_err(eng)?
+            .map_err(self.err())?
             .query_row(params![name], |r| r.get(0))
             .optional()
-            .map_err(eng)?;
+            .map_err(self.err())?;
         Ok(v.unwrap_or(0) as u64)
     }
 
     fn set_counter(&mut self, name: &str, value: u64) -> Result<()> {
         self.w()?
             .prepare_cached("INSERT OR REPLACE INTO counters (name, value) VALUES (?1, ?2)")
-            .map_err(eng)?
+            .map_err(self.err())?
             .execute(params![name, value as i64])
-            .map_err(eng)?;
+            .map_err(self.err())?;
         Ok(())
     }
 
@@ -485,11 +507,11 @@ impl Txn for SqliteTxn<'_> {
                     "INSERT INTO counters (name, value) VALUES (?1, 1)
                      ON CONFLICT (name) DO UPDATE SET value = value + 1",
                 )
-                .map_err(eng)?
+                .map_err(self.err())?
                 .execute(params![COUNTER_DURABLE_COMMITS])
-                .map_err(eng)?;
+                .map_err(self.err())?;
         }
-        self.c()?.execute_batch("COMMIT").map_err(eng)?;
+        self.c()?.execute_batch("COMMIT").map_err(self.err())?;
         self.open = false;
         Ok(())
     }
