@@ -9,6 +9,7 @@ use crate::{
     SYMLINK_MAX,
 };
 
+/// Refuses names POSIX does not allow in a directory.
 pub(crate) fn check_name(name: &[u8]) -> Result<()> {
     if name.is_empty() {
         return Err(MetaError::invalid("empty name"));
@@ -25,10 +26,12 @@ pub(crate) fn check_name(name: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// The inode row of `ino`, or [`MetaError::NotFound`].
 pub(crate) fn inode(tx: &mut dyn Txn, ino: u64) -> Result<InodeRow> {
     tx.get_inode(ino)?.ok_or(MetaError::NotFound)
 }
 
+/// The inode row of directory `ino`, or [`MetaError::NotFound`] / [`MetaError::NotDir`].
 pub(crate) fn dir(tx: &mut dyn Txn, ino: u64) -> Result<InodeRow> {
     let row = inode(tx, ino)?;
     if row.attr.kind != FileKind::Dir {
@@ -37,6 +40,7 @@ pub(crate) fn dir(tx: &mut dyn Txn, ino: u64) -> Result<InodeRow> {
     Ok(row)
 }
 
+/// Hands out the next inode number (never reused, always above the root).
 fn alloc_ino(tx: &mut dyn Txn) -> Result<u64> {
     let next = tx.get_counter(COUNTER_NEXT_INODE)?.max(ROOT_INO + 1);
     tx.set_counter(COUNTER_NEXT_INODE, next + 1)?;

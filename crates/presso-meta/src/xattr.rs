@@ -5,6 +5,7 @@ use crate::error::{MetaError, Result};
 use crate::namespace::inode;
 use crate::{MetaStore, XattrFlags, NAME_MAX, XATTR_VALUE_MAX};
 
+/// Refuses extended attribute (and property) names that are empty, hold NUL or are too long.
 pub(crate) fn check_attr_name(name: &[u8]) -> Result<()> {
     if name.is_empty() {
         return Err(MetaError::invalid("empty attribute name"));
