@@ -80,10 +80,7 @@ impl FsError {
     /// The errno the kernel should see.
     pub fn errno(&self) -> i32 {
         match self {
-            FsError::Meta(e) => match e {
-                MetaError::Engine(msg) if is_full(msg) => libc::ENOSPC,
-                e => e.errno(),
-            },
+            FsError::Meta(e) => e.errno(),
             FsError::Store(e) => e.errno(),
             FsError::CorruptFrame { .. } | FsError::Misdirected { .. } => libc::EIO,
             FsError::NoSpace => libc::ENOSPC,
@@ -103,9 +100,4 @@ impl FsError {
             source,
         }
     }
-}
-
-fn is_full(message: &str) -> bool {
-    let m = message.to_ascii_lowercase();
-    m.contains("database or disk is full") || m.contains("no space")
 }

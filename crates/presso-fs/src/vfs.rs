@@ -31,8 +31,8 @@ use crossbeam_channel::{bounded, Sender};
 use parking_lot::{Condvar, Mutex};
 use presso_codec::{CodecSpec, Encoded, JobOptions, Offload, Record};
 use presso_meta::{
-    Attr, DirEntry, FileKind, LinkFate, MetaError, RecordRef, SetAttr, Timespec, TxgOp, Unlinked,
-    XattrFlags,
+    Attr, DirEntry, FileKind, LinkFate, MetaError, NewNode, RecordRef, SetAttr, Timespec, TxgOp,
+    Unlinked, XattrFlags,
 };
 
 use crate::cache::{CacheStats, RecordCache};
@@ -292,12 +292,14 @@ impl Vfs {
 
     /// Creates a regular file.
     pub fn create(&self, parent: u64, name: &[u8], mode: u32, uid: u32, gid: u32) -> Result<Attr> {
-        Ok(self.pool.meta().create(parent, name, mode, uid, gid)?)
+        let node = NewNode::file(mode, uid, gid);
+        Ok(self.pool.meta().make_node(parent, name, &node)?)
     }
 
     /// Creates a directory.
     pub fn mkdir(&self, parent: u64, name: &[u8], mode: u32, uid: u32, gid: u32) -> Result<Attr> {
-        Ok(self.pool.meta().mkdir(parent, name, mode, uid, gid)?)
+        let node = NewNode::dir(mode, uid, gid);
+        Ok(self.pool.meta().make_node(parent, name, &node)?)
     }
 
     /// Creates a device node, FIFO or socket (or a regular file).
@@ -312,10 +314,8 @@ impl Vfs {
         gid: u32,
         rdev: u64,
     ) -> Result<Attr> {
-        Ok(self
-            .pool
-            .meta()
-            .mknod(parent, name, kind, mode, uid, gid, rdev)?)
+        let node = NewNode::special(kind, mode, uid, gid, rdev)?;
+        Ok(self.pool.meta().make_node(parent, name, &node)?)
     }
 
     /// Creates a symbolic link.
@@ -327,7 +327,8 @@ impl Vfs {
         uid: u32,
         gid: u32,
     ) -> Result<Attr> {
-        Ok(self.pool.meta().symlink(parent, name, target, uid, gid)?)
+        let node = NewNode::symlink(target, uid, gid);
+        Ok(self.pool.meta().make_node(parent, name, &node)?)
     }
 
     /// Reads a symbolic link.
@@ -619,7 +620,7 @@ impl Vfs {
             // Its dirty records die with it: dropping the node gives their memory back.
             self.drop_node(ino);
             let records = self.file_records(ino);
-            if self.pool.meta().forget(ino)? {
+            if self.pool.meta().forget(ino)?.is_some() {
                 for rec in &records {
                     self.pool.discard(rec);
                 }

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use presso_meta::{MetaStore, RecordRef, TxgOp, ROOT_INO};
+use presso_meta::{MetaStore, NewNode, RecordRef, TxgOp, ROOT_INO};
 
 /// Record updates per transaction group, as the file-system layer batches them.
 const BATCH: u64 = 1_000;
@@ -57,9 +57,13 @@ fn frame(serial: u64) -> RecordRef {
 fn files(s: &MetaStore, n: u64) -> Vec<u64> {
     (0..n)
         .map(|i| {
-            s.create(ROOT_INO, format!("f{i}").as_bytes(), 0o644, 0, 0)
-                .expect("create")
-                .ino
+            s.make_node(
+                ROOT_INO,
+                format!("f{i}").as_bytes(),
+                &NewNode::file(0o644, 0, 0),
+            )
+            .expect("create")
+            .ino
         })
         .collect()
 }

@@ -6,7 +6,8 @@
 //!   with every other transaction of the same engine. Dropping it without [`Txn::commit`] must
 //!   leave no trace.
 //! - A transaction from [`MetaEngine::read`] sees a consistent snapshot that includes every
-//!   transaction committed before it began; its mutating primitives return [`MetaError::Engine`].
+//!   transaction committed before it began; its mutating primitives return
+//!   [`MetaError::EngineFailure`].
 //!   Engines may run read transactions concurrently with each other and with one write
 //!   transaction (the SQLite engine does; the memory engine lets readers share a lock that
 //!   writers take exclusively). A thread must not begin a write transaction while it still holds
@@ -24,6 +25,7 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 
 use crate::error::{MetaError, Result};
+use crate::types::Attr;
 
 /// Inode number of the root directory.
 pub const ROOT_INO: u64 = 1;
@@ -84,7 +86,7 @@ impl FileKind {
             6 => FileKind::CharDevice,
             7 => FileKind::BlockDevice,
             other => {
-                return Err(MetaError::Engine(format!(
+                return Err(MetaError::Corrupt(format!(
                     "unknown inode kind code {other}"
                 )))
             }
@@ -128,31 +130,12 @@ impl Timespec {
     }
 }
 
-/// One inode as stored by an engine.
+/// One inode as stored by an engine: the attributes the file-system layer sees plus the fields
+/// only the semantic layer uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InodeRow {
-    /// Inode number.
-    pub ino: u64,
-    /// Inode type.
-    pub kind: FileKind,
-    /// Permission bits (`0o7777` mask; no type bits).
-    pub mode: u32,
-    /// Owner.
-    pub uid: u32,
-    /// Group.
-    pub gid: u32,
-    /// Logical size in bytes.
-    pub size: u64,
-    /// Link count.
-    pub nlink: u32,
-    /// Last access.
-    pub atime: Timespec,
-    /// Last content modification.
-    pub mtime: Timespec,
-    /// Last status change.
-    pub ctime: Timespec,
-    /// Device number for device nodes, else 0.
-    pub rdev: u64,
+    /// Inode number, type, permissions, owner, size, link count, times and device number.
+    pub attr: Attr,
     /// Parent directory: exact for directories; for other inodes the directory of the name it was
     /// created under or last renamed to (used only for property inheritance). 0 for the root.
     pub parent: u64,

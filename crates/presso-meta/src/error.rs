@@ -41,9 +41,18 @@ pub enum MetaError {
     /// The link count would overflow (`EMLINK`).
     #[error("too many links")]
     TooManyLinks,
-    /// The storage engine failed (`EIO`). The text is for logs only.
+    /// The disk or the database is full (`ENOSPC`): SQLite's `SQLITE_FULL`, which its Unix VFS
+    /// also reports for writes that failed with `ENOSPC`, or the page limit of the database.
+    #[error("the metadata database or the disk holding it is full")]
+    Full,
+    /// The database file is damaged or is not a database at all (`EIO`): SQLite's
+    /// `SQLITE_CORRUPT` or `SQLITE_NOTADB`. The text is for logs only.
+    #[error("metadata database is corrupt: {0}")]
+    Corrupt(String),
+    /// Any other failure of the storage engine (`EIO`), such as an I/O error or an engine
+    /// invariant that does not hold. The text is for logs only.
     #[error("metadata engine failure: {0}")]
-    Engine(String),
+    EngineFailure(String),
     /// The database was written by a newer version of this crate (`EIO`).
     #[error("metadata schema version {found} is newer than the supported version {supported}")]
     SchemaTooNew {
@@ -69,8 +78,16 @@ impl MetaError {
             MetaError::NoAttribute => libc::ENODATA,
             MetaError::ValueTooLarge => libc::E2BIG,
             MetaError::TooManyLinks => libc::EMLINK,
-            MetaError::Engine(_) | MetaError::SchemaTooNew { .. } => libc::EIO,
+            MetaError::Full => libc::ENOSPC,
+            MetaError::Corrupt(_)
+            | MetaError::EngineFailure(_)
+            | MetaError::SchemaTooNew { .. } => libc::EIO,
         }
+    }
+
+    /// Shorthand for [`MetaError::EngineFailure`].
+    pub fn engine(msg: impl Into<String>) -> Self {
+        MetaError::EngineFailure(msg.into())
     }
 
     /// Shorthand for [`MetaError::InvalidArgument`].

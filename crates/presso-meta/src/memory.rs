@@ -64,7 +64,7 @@ fn restore<K: Ord, V>(map: &mut BTreeMap<K, V>, key: K, old: Option<V>) {
 impl State {
     /// Replaces (or with `None` removes) an inode row, keeping the orphan set in step.
     fn set_inode(&mut self, ino: u64, row: Option<InodeRow>) -> Option<InodeRow> {
-        let orphan = row.as_ref().is_some_and(|r| r.nlink == 0);
+        let orphan = row.as_ref().is_some_and(|r| r.attr.nlink == 0);
         let old = match row {
             Some(r) => self.inodes.insert(ino, r),
             None => self.inodes.remove(&ino),
@@ -188,7 +188,7 @@ impl MemoryEngine {
 }
 
 fn poisoned<T>(_: T) -> MetaError {
-    MetaError::Engine("memory engine lock poisoned".into())
+    MetaError::engine("memory engine lock poisoned")
 }
 
 impl MetaEngine for MemoryEngine {
@@ -252,8 +252,8 @@ impl MemTxn<'_> {
     /// Mutable state plus the undo log, or an error in a read transaction.
     fn st_mut(&mut self) -> Result<(&mut State, &mut Vec<Undo>)> {
         match &mut self.guard {
-            Guard::Read(_) => Err(MetaError::Engine(
-                "write attempted in a read-only transaction".into(),
+            Guard::Read(_) => Err(MetaError::engine(
+                "write attempted in a read-only transaction",
             )),
             Guard::Write(g) => Ok((&mut **g, &mut self.undo)),
         }
@@ -280,8 +280,8 @@ impl Txn for MemTxn<'_> {
 
     fn put_inode(&mut self, row: &InodeRow) -> Result<()> {
         let (st, undo) = self.st_mut()?;
-        let old = st.set_inode(row.ino, Some(row.clone()));
-        undo.push(Undo::Inode(row.ino, old));
+        let old = st.set_inode(row.attr.ino, Some(row.clone()));
+        undo.push(Undo::Inode(row.attr.ino, old));
         Ok(())
     }
 
@@ -449,9 +449,10 @@ impl Txn for MemTxn<'_> {
         st.by_segment
             .range((segment, 0, 0, 0)..=(segment, u64::MAX, u64::MAX, u64::MAX))
             .map(|&(_, _, ino, index)| {
-                let rec = st.records.get(&(ino, index)).cloned().ok_or_else(|| {
-                    MetaError::Engine("memory engine segment index out of step".into())
-                })?;
+                let rec =
+                    st.records.get(&(ino, index)).cloned().ok_or_else(|| {
+                        MetaError::engine("memory engine segment index out of step")
+                    })?;
                 Ok(RecordLocation { ino, index, rec })
             })
             .collect()

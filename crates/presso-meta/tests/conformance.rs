@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use presso_meta::memory::MemoryEngine;
 use presso_meta::sqlite::SqliteEngine;
 use presso_meta::{
-    CodecSpace, EffectiveProp, FileKind, LinkFate, MetaEngine, MetaError, MetaStore,
+    CodecSpace, EffectiveProp, FileKind, LinkFate, MetaEngine, MetaError, MetaStore, NewNode,
     RecordLocation, RecordRef, SegmentUsage, SetAttr, SpaceUsage, SqliteOptions, Synchronous,
     Timespec, TxgOp, TxgOutcome, XattrFlags, POOL_INO, ROOT_INO,
 };
@@ -93,6 +93,7 @@ conformance!(
     unlink_errors,
     rmdir_rules,
     orphans,
+    removal_returns_the_freed_records,
     rename_basic,
     rename_replace,
     rename_noreplace_refuses_an_existing_target,
@@ -190,13 +191,13 @@ fn ts(secs: i64) -> Timespec {
 }
 
 fn file(s: &MetaStore, parent: u64, name: &str) -> u64 {
-    s.create(parent, name.as_bytes(), 0o644, 1000, 1000)
+    s.make_node(parent, name.as_bytes(), &NewNode::file(0o644, 1000, 1000))
         .expect("create")
         .ino
 }
 
 fn mkdir(s: &MetaStore, parent: u64, name: &str) -> u64 {
-    s.mkdir(parent, name.as_bytes(), 0o755, 1000, 1000)
+    s.make_node(parent, name.as_bytes(), &NewNode::dir(0o755, 1000, 1000))
         .expect("mkdir")
         .ino
 }
@@ -229,7 +230,9 @@ fn init_root(s: &MetaStore) {
 }
 
 fn create_lookup_getattr(s: &MetaStore) {
-    let a = s.create(ROOT_INO, b"a", 0o100644, 7, 8).unwrap();
+    let a = s
+        .make_node(ROOT_INO, b"a", &NewNode::file(0o100644, 7, 8))
+        .unwrap();
     assert_eq!(a.kind, FileKind::File);
     assert_eq!(a.mode, 0o644, "type bits are masked off");
     assert_eq!((a.uid, a.gid, a.nlink, a.size), (7, 8, 1, 0));
@@ -238,18 +241,29 @@ fn create_lookup_getattr(s: &MetaStore) {
     assert_eq!(s.lookup(ROOT_INO, b"a").unwrap(), a);
     assert_eq!(s.getattr(a.ino).unwrap(), a);
 
-    let b = s.create(ROOT_INO, b"b", 0o600, 0, 0).unwrap();
+    let b = s
+        .make_node(ROOT_INO, b"b", &NewNode::file(0o600, 0, 0))
+        .unwrap();
     assert!(b.ino > a.ino, "inode numbers increase and are unique");
 
     assert_eq!(
-        s.create(ROOT_INO, b"a", 0o644, 0, 0),
+        s.make_node(ROOT_INO, b"a", &NewNode::file(0o644, 0, 0)),
         Err(MetaError::Exists)
     );
-    assert_eq!(s.mkdir(ROOT_INO, b"a", 0o755, 0, 0), Err(MetaError::Exists));
+    assert_eq!(
+        s.make_node(ROOT_INO, b"a", &NewNode::dir(0o755, 0, 0)),
+        Err(MetaError::Exists)
+    );
     assert_eq!(s.lookup(ROOT_INO, b"nope"), Err(MetaError::NotFound));
     assert_eq!(s.lookup(a.ino, b"x"), Err(MetaError::NotDir));
-    assert_eq!(s.create(a.ino, b"x", 0o644, 0, 0), Err(MetaError::NotDir));
-    assert_eq!(s.create(9999, b"x", 0o644, 0, 0), Err(MetaError::NotFound));
+    assert_eq!(
+        s.make_node(a.ino, b"x", &NewNode::file(0o644, 0, 0)),
+        Err(MetaError::NotDir)
+    );
+    assert_eq!(
+        s.make_node(9999, b"x", &NewNode::file(0o644, 0, 0)),
+        Err(MetaError::NotFound)
+    );
     assert_eq!(s.getattr(9999), Err(MetaError::NotFound));
     assert_eq!(s.dir_parent(a.ino), Err(MetaError::NotDir));
 
@@ -258,7 +272,9 @@ fn create_lookup_getattr(s: &MetaStore) {
     assert!(root.mtime >= a.ctime);
     // binary names are fine
     let bin = [0xffu8, 0xfe, b'x'];
-    let c = s.create(ROOT_INO, &bin, 0o644, 0, 0).unwrap();
+    let c = s
+        .make_node(ROOT_INO, &bin, &NewNode::file(0o644, 0, 0))
+        .unwrap();
     assert_eq!(s.lookup(ROOT_INO, &bin).unwrap().ino, c.ino);
 }
 
@@ -266,7 +282,9 @@ fn name_validation(s: &MetaStore) {
     let long = vec![b'x'; 256];
     let max = vec![b'y'; 255];
     for bad in [&b""[..], b".", b"..", b"a/b", b"a\0b"] {
-        let e = s.create(ROOT_INO, bad, 0o644, 0, 0).unwrap_err();
+        let e = s
+            .make_node(ROOT_INO, bad, &NewNode::file(0o644, 0, 0))
+            .unwrap_err();
         assert!(matches!(e, MetaError::InvalidArgument(_)), "{bad:?}: {e:?}");
         assert_eq!(e.errno(), libc::EINVAL);
         assert!(matches!(
@@ -274,10 +292,14 @@ fn name_validation(s: &MetaStore) {
             Err(MetaError::InvalidArgument(_))
         ));
     }
-    let e = s.mkdir(ROOT_INO, &long, 0o755, 0, 0).unwrap_err();
+    let e = s
+        .make_node(ROOT_INO, &long, &NewNode::dir(0o755, 0, 0))
+        .unwrap_err();
     assert_eq!(e, MetaError::NameTooLong);
     assert_eq!(e.errno(), libc::ENAMETOOLONG);
-    let f = s.create(ROOT_INO, &max, 0o644, 0, 0).unwrap();
+    let f = s
+        .make_node(ROOT_INO, &max, &NewNode::file(0o644, 0, 0))
+        .unwrap();
     assert_eq!(
         s.rename(ROOT_INO, &max, ROOT_INO, &long, &closed),
         Err(MetaError::NameTooLong)
@@ -287,7 +309,7 @@ fn name_validation(s: &MetaStore) {
         Err(MetaError::InvalidArgument(_))
     ));
     assert!(matches!(
-        s.symlink(ROOT_INO, b"a/b", b"t", 0, 0),
+        s.make_node(ROOT_INO, b"a/b", &NewNode::symlink(b"t", 0, 0)),
         Err(MetaError::InvalidArgument(_))
     ));
     // errno table
@@ -300,7 +322,9 @@ fn name_validation(s: &MetaStore) {
     assert_eq!(MetaError::CrossDirectoryLoop.errno(), libc::EINVAL);
     assert_eq!(MetaError::NoAttribute.errno(), libc::ENODATA);
     assert_eq!(MetaError::ValueTooLarge.errno(), libc::E2BIG);
-    assert_eq!(MetaError::Engine("x".into()).errno(), libc::EIO);
+    assert_eq!(MetaError::EngineFailure("x".into()).errno(), libc::EIO);
+    assert_eq!(MetaError::Corrupt("x".into()).errno(), libc::EIO);
+    assert_eq!(MetaError::Full.errno(), libc::ENOSPC);
 }
 
 fn mkdir_nlink(s: &MetaStore) {
@@ -324,7 +348,9 @@ fn mkdir_nlink(s: &MetaStore) {
 }
 
 fn symlink_readlink(s: &MetaStore) {
-    let l = s.symlink(ROOT_INO, b"l", b"../some/where", 5, 6).unwrap();
+    let l = s
+        .make_node(ROOT_INO, b"l", &NewNode::symlink(b"../some/where", 5, 6))
+        .unwrap();
     assert_eq!(l.kind, FileKind::Symlink);
     assert_eq!(l.size, 13);
     assert_eq!(l.mode, 0o777);
@@ -337,15 +363,15 @@ fn symlink_readlink(s: &MetaStore) {
     ));
     assert_eq!(s.readlink(9999), Err(MetaError::NotFound));
     assert!(matches!(
-        s.symlink(ROOT_INO, b"e", b"", 0, 0),
+        s.make_node(ROOT_INO, b"e", &NewNode::symlink(b"", 0, 0)),
         Err(MetaError::InvalidArgument(_))
     ));
     assert_eq!(
-        s.symlink(ROOT_INO, b"big", &vec![b'x'; 4097], 0, 0),
+        s.make_node(ROOT_INO, b"big", &NewNode::symlink(&vec![b'x'; 4097], 0, 0)),
         Err(MetaError::NameTooLong)
     );
     assert_eq!(
-        s.symlink(ROOT_INO, b"l", b"t", 0, 0),
+        s.make_node(ROOT_INO, b"l", &NewNode::symlink(b"t", 0, 0)),
         Err(MetaError::Exists)
     );
     // symlinks can be hard-linked and unlinked like files
@@ -359,27 +385,70 @@ fn symlink_readlink(s: &MetaStore) {
 
 fn mknod_kinds(s: &MetaStore) {
     let d = s
-        .mknod(ROOT_INO, b"dev", FileKind::CharDevice, 0o600, 0, 0, 0x0103)
+        .make_node(
+            ROOT_INO,
+            b"dev",
+            &NewNode::special(FileKind::CharDevice, 0o600, 0, 0, 0x0103).unwrap(),
+        )
         .unwrap();
     assert_eq!(d.kind, FileKind::CharDevice);
     assert_eq!(d.rdev, 0x0103);
     assert_eq!(d.st_mode(), libc::S_IFCHR as u32 | 0o600);
     let p = s
-        .mknod(ROOT_INO, b"p", FileKind::Fifo, 0o644, 0, 0, 0)
+        .make_node(
+            ROOT_INO,
+            b"p",
+            &NewNode::special(FileKind::Fifo, 0o644, 0, 0, 0).unwrap(),
+        )
         .unwrap();
     assert_eq!(p.st_mode(), libc::S_IFIFO as u32 | 0o644);
     let k = s
-        .mknod(ROOT_INO, b"k", FileKind::Socket, 0o644, 0, 0, 0)
+        .make_node(
+            ROOT_INO,
+            b"k",
+            &NewNode::special(FileKind::Socket, 0o644, 0, 0, 0).unwrap(),
+        )
         .unwrap();
     assert_eq!(k.st_mode(), libc::S_IFSOCK as u32 | 0o644);
     let b = s
-        .mknod(ROOT_INO, b"b", FileKind::BlockDevice, 0o644, 0, 0, 1)
+        .make_node(
+            ROOT_INO,
+            b"b",
+            &NewNode::special(FileKind::BlockDevice, 0o644, 0, 0, 1).unwrap(),
+        )
         .unwrap();
     assert_eq!(b.st_mode(), libc::S_IFBLK as u32 | 0o644);
-    let l = s.symlink(ROOT_INO, b"l", b"x", 0, 0).unwrap();
+    let l = s
+        .make_node(ROOT_INO, b"l", &NewNode::symlink(b"x", 0, 0))
+        .unwrap();
     assert_eq!(l.st_mode(), libc::S_IFLNK as u32 | 0o777);
+    for kind in [FileKind::Dir, FileKind::Symlink] {
+        assert!(matches!(
+            NewNode::special(kind, 0o755, 0, 0, 0),
+            Err(MetaError::InvalidArgument(_))
+        ));
+    }
+    // a regular file through mknod keeps no device number
+    let f = s
+        .make_node(
+            ROOT_INO,
+            b"f",
+            &NewNode::special(FileKind::File, 0o644, 0, 0, 9).unwrap(),
+        )
+        .unwrap();
+    assert_eq!((f.kind, f.rdev), (FileKind::File, 0));
+    assert_eq!(s.lookup(ROOT_INO, b"d"), Err(MetaError::NotFound));
+    // a node's fields must agree with its kind
+    let mut bad = NewNode::file(0o644, 0, 0);
+    bad.target = Some(b"t".to_vec());
     assert!(matches!(
-        s.mknod(ROOT_INO, b"d", FileKind::Dir, 0o755, 0, 0, 0),
+        s.make_node(ROOT_INO, b"x", &bad),
+        Err(MetaError::InvalidArgument(_))
+    ));
+    let mut bad = NewNode::symlink(b"t", 0, 0);
+    bad.target = None;
+    assert!(matches!(
+        s.make_node(ROOT_INO, b"x", &bad),
         Err(MetaError::InvalidArgument(_))
     ));
     assert_eq!(nlink(s, ROOT_INO), 2);
@@ -400,13 +469,24 @@ fn hard_links(s: &MetaStore) {
     s.link(f, ROOT_INO, b"h").unwrap();
     assert_eq!(nlink(s, f), 3);
 
+    s.set_record(f, 0, &rec(4, 10, 20)).unwrap();
     let u = s.unlink(ROOT_INO, b"f", &closed).unwrap();
     assert_eq!((u.ino, u.fate), (f, LinkFate::Linked));
+    assert_eq!(
+        u.freed,
+        vec![],
+        "a name going away frees nothing while others remain"
+    );
     assert_eq!(nlink(s, f), 2);
     assert_eq!(s.unlink(d, b"g", &closed).unwrap().fate, LinkFate::Linked);
     let u = s.unlink(ROOT_INO, b"h", &closed).unwrap();
     assert_eq!(u.fate, LinkFate::Removed);
     assert_eq!(u.kind, FileKind::File);
+    assert_eq!(
+        u.freed,
+        vec![rec(4, 10, 20)],
+        "the last name frees the records"
+    );
     assert_eq!(s.getattr(f), Err(MetaError::NotFound));
 }
 
@@ -447,6 +527,7 @@ fn orphans(s: &MetaStore) {
     s.set_xattr(f, b"user.a", b"1", XattrFlags::Any).unwrap();
     let u = s.unlink(ROOT_INO, b"f", &open).unwrap();
     assert_eq!((u.ino, u.fate), (f, LinkFate::Orphaned));
+    assert_eq!(u.freed, vec![], "an open file keeps its records");
     let a = s.getattr(f).unwrap();
     assert_eq!(a.nlink, 0);
     assert_eq!(s.lookup(ROOT_INO, b"f"), Err(MetaError::NotFound));
@@ -463,9 +544,9 @@ fn orphans(s: &MetaStore) {
             garbage: 0
         }
     );
-    assert!(s.forget(f).unwrap());
+    assert_eq!(s.forget(f).unwrap(), Some(vec![rec(1, 100, 400)]));
     assert_eq!(s.getattr(f), Err(MetaError::NotFound));
-    assert!(!s.forget(f).unwrap(), "second forget is a no-op");
+    assert_eq!(s.forget(f).unwrap(), None, "second forget is a no-op");
     assert_eq!(
         s.space().unwrap(),
         SpaceUsage {
@@ -477,8 +558,8 @@ fn orphans(s: &MetaStore) {
 
     // forget does not touch linked inodes or directories
     let g = file(s, ROOT_INO, "g");
-    assert!(!s.forget(g).unwrap());
-    assert!(!s.forget(ROOT_INO).unwrap());
+    assert_eq!(s.forget(g).unwrap(), None);
+    assert_eq!(s.forget(ROOT_INO).unwrap(), None);
     assert_eq!(nlink(s, g), 1);
 
     // rename over an open file orphans it too
@@ -488,9 +569,64 @@ fn orphans(s: &MetaStore) {
         .unwrap()
         .unwrap();
     assert_eq!((r.ino, r.fate), (h, LinkFate::Orphaned));
+    assert_eq!(r.freed, vec![]);
     assert_eq!(nlink(s, h), 0);
     assert_eq!(s.lookup(ROOT_INO, b"h").unwrap().ino, g);
-    assert!(s.forget(h).unwrap());
+    assert_eq!(
+        s.forget(h).unwrap(),
+        Some(vec![]),
+        "removed, with no records"
+    );
+}
+
+fn removal_returns_the_freed_records(s: &MetaStore) {
+    let three = [
+        rec(1, 10, 40),
+        inline_rec(b"tiny", 4),
+        rec_at(2, 64, 20, 80),
+    ];
+    let fill = |name: &str| {
+        let ino = file(s, ROOT_INO, name);
+        for (i, r) in three.iter().enumerate() {
+            s.set_record(ino, 2 * i as u64, r).unwrap();
+        }
+        ino
+    };
+
+    // unlink of a closed file: exactly its records, in index order, inline one included
+    let f = fill("f");
+    let u = s.unlink(ROOT_INO, b"f", &closed).unwrap();
+    assert_eq!((u.ino, u.fate), (f, LinkFate::Removed));
+    assert_eq!(u.freed, three.to_vec());
+    assert_eq!(s.space().unwrap(), space(0, 0, 30));
+
+    // unlink of an open file: nothing yet; its forget frees them
+    let g = fill("g");
+    let u = s.unlink(ROOT_INO, b"g", &open).unwrap();
+    assert_eq!((u.ino, u.fate), (g, LinkFate::Orphaned));
+    assert_eq!(u.freed, vec![]);
+    assert_eq!(s.forget(g).unwrap(), Some(three.to_vec()));
+    assert_eq!(s.forget(g).unwrap(), None);
+
+    // rename over a file: the replaced file's records
+    let h = fill("h");
+    file(s, ROOT_INO, "src");
+    let r = s
+        .rename(ROOT_INO, b"src", ROOT_INO, b"h", &closed)
+        .unwrap()
+        .unwrap();
+    assert_eq!((r.ino, r.fate), (h, LinkFate::Removed));
+    assert_eq!(r.freed, three.to_vec());
+
+    // rename over an empty directory: removed, nothing to free
+    let e = mkdir(s, ROOT_INO, "e");
+    mkdir(s, ROOT_INO, "d");
+    let r = s
+        .rename(ROOT_INO, b"d", ROOT_INO, b"e", &closed)
+        .unwrap()
+        .unwrap();
+    assert_eq!((r.ino, r.fate, r.freed), (e, LinkFate::Removed, vec![]));
+    assert_eq!(s.space().unwrap(), space(0, 0, 90));
 }
 
 fn rename_noreplace_refuses_an_existing_target(s: &MetaStore) {
@@ -580,6 +716,7 @@ fn rename_replace(s: &MetaStore) {
         (r.ino, r.kind, r.fate),
         (g, FileKind::File, LinkFate::Removed)
     );
+    assert_eq!(r.freed, vec![rec(9, 10, 20)], "the replaced file's records");
     assert_eq!(s.lookup(ROOT_INO, b"g").unwrap().ino, f);
     assert_eq!(s.lookup(ROOT_INO, b"f"), Err(MetaError::NotFound));
     assert_eq!(s.getattr(g), Err(MetaError::NotFound));
@@ -593,6 +730,7 @@ fn rename_replace(s: &MetaStore) {
         .unwrap()
         .unwrap();
     assert_eq!((r.ino, r.fate), (h, LinkFate::Linked));
+    assert_eq!(r.freed, vec![]);
     assert_eq!(nlink(s, h), 1);
 
     // two names of the same inode: no-op, both remain
@@ -769,7 +907,10 @@ fn setattr_rules(s: &MetaStore) {
         ..SetAttr::default()
     };
     assert_eq!(s.setattr(ROOT_INO, &size), Err(MetaError::IsDir));
-    let l = s.symlink(ROOT_INO, b"l", b"t", 0, 0).unwrap().ino;
+    let l = s
+        .make_node(ROOT_INO, b"l", &NewNode::symlink(b"t", 0, 0))
+        .unwrap()
+        .ino;
     assert!(matches!(
         s.setattr(l, &size),
         Err(MetaError::InvalidArgument(_))
@@ -966,7 +1107,10 @@ fn records_and_accounting(s: &MetaStore) {
     let d = mkdir(s, ROOT_INO, "d");
     assert_eq!(s.set_record(d, 0, &rec(1, 1, 1)), Err(MetaError::IsDir));
     assert_eq!(s.records(d, ..), Err(MetaError::IsDir));
-    let l = s.symlink(ROOT_INO, b"l", b"t", 0, 0).unwrap().ino;
+    let l = s
+        .make_node(ROOT_INO, b"l", &NewNode::symlink(b"t", 0, 0))
+        .unwrap()
+        .ino;
     assert!(matches!(
         s.set_record(l, 0, &rec(1, 1, 1)),
         Err(MetaError::InvalidArgument(_))
@@ -1096,18 +1240,26 @@ fn failed_ops_leave_no_trace(s: &MetaStore) {
         names(s, ROOT_INO),
         s.space().unwrap(),
     );
-    let next = s.create(ROOT_INO, b"probe", 0o644, 0, 0).unwrap().ino;
+    let next = s
+        .make_node(ROOT_INO, b"probe", &NewNode::file(0o644, 0, 0))
+        .unwrap()
+        .ino;
     s.unlink(ROOT_INO, b"probe", &closed).unwrap();
     let before_root = s.getattr(ROOT_INO).unwrap();
     assert!(s.rmdir(ROOT_INO, b"d").is_err());
     assert!(s.rename(ROOT_INO, b"d", d, b"d", &closed).is_err());
-    assert!(s.mkdir(ROOT_INO, b"d", 0o755, 0, 0).is_err());
+    assert!(s
+        .make_node(ROOT_INO, b"d", &NewNode::dir(0o755, 0, 0))
+        .is_err());
     assert_eq!(s.getattr(ROOT_INO).unwrap(), before_root);
     assert_eq!(s.getattr(d).unwrap(), before.1);
     assert_eq!(names(s, ROOT_INO), before.2);
     assert_eq!(s.space().unwrap(), before.3);
     // failed creates do not consume inode numbers
-    let again = s.create(ROOT_INO, b"probe2", 0o644, 0, 0).unwrap().ino;
+    let again = s
+        .make_node(ROOT_INO, b"probe2", &NewNode::file(0o644, 0, 0))
+        .unwrap()
+        .ino;
     assert_eq!(again, next + 1);
 }
 
@@ -1231,7 +1383,10 @@ fn txg_skips_ops_on_gone_or_non_regular_inodes(s: &MetaStore) {
     let orphan = file(s, ROOT_INO, "orphan");
     s.unlink(ROOT_INO, b"orphan", &open).unwrap();
     let d = mkdir(s, ROOT_INO, "d");
-    let l = s.symlink(ROOT_INO, b"l", b"t", 0, 0).unwrap().ino;
+    let l = s
+        .make_node(ROOT_INO, b"l", &NewNode::symlink(b"t", 0, 0))
+        .unwrap()
+        .ino;
     assert_eq!(s.space().unwrap(), space(0, 0, 10));
 
     let out = s
@@ -1329,7 +1484,7 @@ fn txg_skips_ops_on_gone_or_non_regular_inodes(s: &MetaStore) {
         s.segment_usage().unwrap(),
         BTreeMap::from([(3, usage(1, 40))])
     );
-    assert!(s.forget(orphan).unwrap());
+    assert_eq!(s.forget(orphan).unwrap(), Some(vec![rec_at(3, 0, 40, 400)]));
     assert_eq!(s.space().unwrap(), space(0, 0, 87));
 }
 
@@ -1635,7 +1790,10 @@ fn purge_orphans_removes_every_orphan(s: &MetaStore) {
     s.set_record(f, 2, &rec_at(1, 100, 50, 400)).unwrap();
     s.set_xattr(f, b"user.a", b"1", XattrFlags::Any).unwrap();
     s.set_prop(f, "compression", "lz4").unwrap();
-    let l = s.symlink(d, b"l", b"target", 0, 0).unwrap().ino;
+    let l = s
+        .make_node(d, b"l", &NewNode::symlink(b"target", 0, 0))
+        .unwrap()
+        .ino;
     let keep = file(s, d, "keep");
     s.set_record(keep, 0, &rec_at(2, 0, 10, 10)).unwrap();
     let linked = file(s, d, "linked");
@@ -1670,7 +1828,7 @@ fn purge_orphans_removes_every_orphan(s: &MetaStore) {
     assert_eq!(nlink(s, d), 2);
     assert_eq!(nlink(s, ROOT_INO), 3);
     assert_eq!(s.purge_orphans().unwrap(), vec![]);
-    assert!(!s.forget(f).unwrap());
+    assert_eq!(s.forget(f).unwrap(), None);
 }
 
 fn readers_run_while_a_writer_commits(s: &MetaStore) {
@@ -1749,19 +1907,21 @@ fn readers_run_while_a_writer_commits(s: &MetaStore) {
 // engine-level: dropped write transactions leave no trace
 
 fn engine_rollback(e: &dyn MetaEngine) {
-    use presso_meta::{Dentry, InodeRow};
+    use presso_meta::{Attr, Dentry, InodeRow};
     let row = InodeRow {
-        ino: 42,
-        kind: FileKind::File,
-        mode: 0o644,
-        uid: 0,
-        gid: 0,
-        size: 0,
-        nlink: 1,
-        atime: Timespec::default(),
-        mtime: Timespec::default(),
-        ctime: Timespec::default(),
-        rdev: 0,
+        attr: Attr {
+            ino: 42,
+            kind: FileKind::File,
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            size: 0,
+            nlink: 1,
+            atime: Timespec::default(),
+            mtime: Timespec::default(),
+            ctime: Timespec::default(),
+            rdev: 0,
+        },
         parent: 1,
         target: None,
     };
@@ -1853,7 +2013,8 @@ fn sqlite_survives_reopen() {
         s.set_record(f, 0, &rec(4, 40, 400)).unwrap();
         s.set_xattr(f, b"user.k", b"v", XattrFlags::Any).unwrap();
         s.set_prop(d, "compression", "zstd").unwrap();
-        s.symlink(d, b"l", b"file", 0, 0).unwrap();
+        s.make_node(d, b"l", &NewNode::symlink(b"file", 0, 0))
+            .unwrap();
         (f, d)
     };
     let s = MetaStore::open_sqlite(&path).unwrap();
@@ -1921,7 +2082,8 @@ fn sqlite_purges_orphans_left_by_a_crash() {
             s.unlink(ROOT_INO, b"f", &open).unwrap().fate,
             LinkFate::Orphaned
         );
-        s.symlink(ROOT_INO, b"l", b"t", 0, 0).unwrap();
+        s.make_node(ROOT_INO, b"l", &NewNode::symlink(b"t", 0, 0))
+            .unwrap();
         s.unlink(ROOT_INO, b"l", &open).unwrap();
         // the process dies here: no forget
         (f, keep)
@@ -2065,7 +2227,8 @@ fn sqlite_rejects_garbage_file() {
     let path = temp_db_path("garbage");
     std::fs::write(&path, vec![0x5au8; 4096]).unwrap();
     let err = MetaStore::open_sqlite(&path).unwrap_err();
-    assert!(matches!(err, MetaError::Engine(_)), "{err:?}");
+    assert!(matches!(err, MetaError::Corrupt(_)), "{err:?}");
+    assert_eq!(err.errno(), libc::EIO);
     remove_db(&path);
 }
 
@@ -2167,9 +2330,11 @@ mod model {
             format!("{:?}", r.map(|a| (a.ino, a.kind, a.nlink, a.size, a.mode)))
         };
         match *op {
-            Concrete::Create(p, n) => attr(s.create(p, NAMES[n], 0o644, 1, 2)),
-            Concrete::Mkdir(p, n) => attr(s.mkdir(p, NAMES[n], 0o755, 1, 2)),
-            Concrete::Symlink(p, n) => attr(s.symlink(p, NAMES[n], b"target", 1, 2)),
+            Concrete::Create(p, n) => attr(s.make_node(p, NAMES[n], &NewNode::file(0o644, 1, 2))),
+            Concrete::Mkdir(p, n) => attr(s.make_node(p, NAMES[n], &NewNode::dir(0o755, 1, 2))),
+            Concrete::Symlink(p, n) => {
+                attr(s.make_node(p, NAMES[n], &NewNode::symlink(b"target", 1, 2)))
+            }
             Concrete::Unlink(p, n) => format!("{:?}", s.unlink(p, NAMES[n], &closed)),
             Concrete::Rmdir(p, n) => format!("{:?}", s.rmdir(p, NAMES[n])),
             Concrete::Rename(p, n, q, m) => {
@@ -2604,7 +2769,7 @@ mod txg_model {
                 let s = &fx.store;
                 let mut m = Model::default();
                 m.targets.push(mkdir(s, ROOT_INO, "d"));
-                m.targets.push(s.symlink(ROOT_INO, b"l", b"t", 0, 0).unwrap().ino);
+                m.targets.push(s.make_node(ROOT_INO, b"l", &NewNode::symlink(b"t", 0, 0)).unwrap().ino);
                 m.targets.push(999_999);
                 for (n, step) in steps.iter().enumerate() {
                     let (got, want) = run(s, &mut m, step, n);

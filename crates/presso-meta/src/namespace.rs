@@ -1,0 +1,380 @@
+//! The name space: lookups, node creation, links, removal, renames (see [`crate::rename`]),
+//! directory listing, attributes and orphans. Every rule about names and link counts lives here.
+
+use crate::accounting::account_dropped;
+use crate::engine::{Dentry, FileKind, InodeRow, RecordRef, Timespec, Txn, COUNTER_NEXT_INODE};
+use crate::error::{MetaError, Result};
+use crate::{
+    Attr, DirEntry, LinkFate, MetaStore, NewNode, SetAttr, Unlinked, NAME_MAX, ROOT_INO,
+    SYMLINK_MAX,
+};
+
+/// Refuses names POSIX does not allow in a directory.
+pub(crate) fn check_name(name: &[u8]) -> Result<()> {
+    if name.is_empty() {
+        return Err(MetaError::invalid("empty name"));
+    }
+    if name == b"." || name == b".." {
+        return Err(MetaError::invalid("name is . or .."));
+    }
+    if name.iter().any(|&b| b == b'/' || b == 0) {
+        return Err(MetaError::invalid("name contains '/' or NUL"));
+    }
+    if name.len() > NAME_MAX {
+        return Err(MetaError::NameTooLong);
+    }
+    Ok(())
+}
+
+/// The inode row of `ino`, or [`MetaError::NotFound`].
+pub(crate) fn inode(tx: &mut dyn Txn, ino: u64) -> Result<InodeRow> {
+    tx.get_inode(ino)?.ok_or(MetaError::NotFound)
+}
+
+/// The inode row of directory `ino`, or [`MetaError::NotFound`] / [`MetaError::NotDir`].
+pub(crate) fn dir(tx: &mut dyn Txn, ino: u64) -> Result<InodeRow> {
+    let row = inode(tx, ino)?;
+    if row.attr.kind != FileKind::Dir {
+        return Err(MetaError::NotDir);
+    }
+    Ok(row)
+}
+
+/// Hands out the next inode number (never reused, always above the root).
+fn alloc_ino(tx: &mut dyn Txn) -> Result<u64> {
+    let next = tx.get_counter(COUNTER_NEXT_INODE)?.max(ROOT_INO + 1);
+    tx.set_counter(COUNTER_NEXT_INODE, next + 1)?;
+    Ok(next)
+}
+
+/// Adds `delta` to a directory's link count and stamps its mtime/ctime.
+pub(crate) fn adjust_dir(tx: &mut dyn Txn, ino: u64, delta: i64, now: Timespec) -> Result<()> {
+    let mut row = dir(tx, ino)?;
+    let n = i64::from(row.attr.nlink) + delta;
+    row.attr.nlink = u32::try_from(n).map_err(|_| MetaError::TooManyLinks)?;
+    row.attr.mtime = now;
+    row.attr.ctime = now;
+    tx.put_inode(&row)
+}
+
+/// Removes an inode with everything hanging off it (records, xattrs, properties), returning its
+/// records.
+pub(crate) fn purge(tx: &mut dyn Txn, ino: u64) -> Result<Vec<(u64, RecordRef)>> {
+    let recs = tx.delete_records_from(ino, 0)?;
+    account_dropped(tx, recs.iter().map(|(_, r)| r))?;
+    for name in tx.list_xattrs(ino)? {
+        tx.delete_xattr(ino, &name)?;
+    }
+    for (name, _) in tx.list_props(ino)? {
+        tx.delete_prop(ino, &name)?;
+    }
+    tx.delete_inode(ino)?;
+    Ok(recs)
+}
+
+/// Checks that `node`'s fields agree with its kind; returns the symlink target, if any.
+fn check_node(node: &NewNode) -> Result<Option<&[u8]>> {
+    match (node.kind, node.target.as_deref()) {
+        (FileKind::Symlink, Some(target)) => {
+            if target.is_empty() || target.contains(&0) {
+                return Err(MetaError::invalid("empty symlink target or NUL in target"));
+            }
+            if target.len() > SYMLINK_MAX {
+                return Err(MetaError::NameTooLong);
+            }
+            Ok(Some(target))
+        }
+        (FileKind::Symlink, None) => Err(MetaError::invalid("symlink without a target")),
+        (_, Some(_)) => Err(MetaError::invalid("target given for a non-symlink")),
+        (_, None) => Ok(None),
+    }
+}
+
+/// [`purge`], returning only the references of the removed records.
+pub(crate) fn purge_records(tx: &mut dyn Txn, ino: u64) -> Result<Vec<RecordRef>> {
+    Ok(purge(tx, ino)?.into_iter().map(|(_, r)| r).collect())
+}
+
+/// Drops one link of a non-directory whose name was already removed.
+pub(crate) fn drop_link(
+    tx: &mut dyn Txn,
+    mut row: InodeRow,
+    is_open: &dyn Fn(u64) -> bool,
+    now: Timespec,
+) -> Result<Unlinked> {
+    row.attr.nlink = row.attr.nlink.saturating_sub(1);
+    row.attr.ctime = now;
+    let (fate, freed) = if row.attr.nlink > 0 {
+        tx.put_inode(&row)?;
+        (LinkFate::Linked, Vec::new())
+    } else if is_open(row.attr.ino) {
+        tx.put_inode(&row)?;
+        (LinkFate::Orphaned, Vec::new())
+    } else {
+        (LinkFate::Removed, purge_records(tx, row.attr.ino)?)
+    };
+    Ok(Unlinked {
+        ino: row.attr.ino,
+        kind: row.attr.kind,
+        fate,
+        freed,
+    })
+}
+
+impl MetaStore {
+    /// Looks a name up in a directory.
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
+        check_name(name)?;
+        self.read(|tx| {
+            dir(tx, parent)?;
+            let d = tx.get_dentry(parent, name)?.ok_or(MetaError::NotFound)?;
+            Ok(inode(tx, d.ino)?.attr)
+        })
+    }
+
+    /// Attributes of an inode.
+    pub fn getattr(&self, ino: u64) -> Result<Attr> {
+        self.read(|tx| Ok(inode(tx, ino)?.attr))
+    }
+
+    /// The parent of a directory (the root is its own parent), for `..`.
+    pub fn dir_parent(&self, ino: u64) -> Result<u64> {
+        self.read(|tx| {
+            let row = dir(tx, ino)?;
+            Ok(if ino == ROOT_INO {
+                ROOT_INO
+            } else {
+                row.parent
+            })
+        })
+    }
+
+    /// Creates `parent/name` as described by `node`: a regular file, directory, symbolic link
+    /// (mode always 0777), fifo, socket or device node. The device number is kept for device
+    /// nodes, fifos and sockets only.
+    pub fn make_node(&self, parent: u64, name: &[u8], node: &NewNode) -> Result<Attr> {
+        let target = check_node(node)?;
+        check_name(name)?;
+        self.write(|tx| {
+            dir(tx, parent)?;
+            if tx.get_dentry(parent, name)?.is_some() {
+                return Err(MetaError::Exists);
+            }
+            let now = Timespec::now();
+            let ino = alloc_ino(tx)?;
+            let kind = node.kind;
+            let is_dir = kind == FileKind::Dir;
+            let row = InodeRow {
+                attr: Attr {
+                    ino,
+                    kind,
+                    mode: if kind == FileKind::Symlink {
+                        0o777
+                    } else {
+                        node.mode & 0o7777
+                    },
+                    uid: node.uid,
+                    gid: node.gid,
+                    size: target.map_or(0, |t| t.len() as u64),
+                    nlink: if is_dir { 2 } else { 1 },
+                    atime: now,
+                    mtime: now,
+                    ctime: now,
+                    rdev: match kind {
+                        FileKind::File | FileKind::Dir | FileKind::Symlink => 0,
+                        _ => node.rdev,
+                    },
+                },
+                parent,
+                target: target.map(<[u8]>::to_vec),
+            };
+            adjust_dir(tx, parent, i64::from(is_dir), now)?;
+            tx.put_inode(&row)?;
+            tx.put_dentry(parent, name, Dentry { ino, kind })?;
+            Ok(row.attr)
+        })
+    }
+
+    /// The target of a symbolic link.
+    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
+        self.read(|tx| {
+            let row = inode(tx, ino)?;
+            match (row.attr.kind, row.target) {
+                (FileKind::Symlink, Some(t)) => Ok(t),
+                _ => Err(MetaError::invalid("not a symlink")),
+            }
+        })
+    }
+
+    /// Adds a hard link `new_parent/new_name` to `ino` (not allowed for directories).
+    pub fn link(&self, ino: u64, new_parent: u64, new_name: &[u8]) -> Result<Attr> {
+        check_name(new_name)?;
+        self.write(|tx| {
+            let mut row = inode(tx, ino)?;
+            if row.attr.kind == FileKind::Dir {
+                return Err(MetaError::NotPermitted);
+            }
+            if row.attr.nlink == 0 {
+                return Err(MetaError::NotFound);
+            }
+            dir(tx, new_parent)?;
+            if tx.get_dentry(new_parent, new_name)?.is_some() {
+                return Err(MetaError::Exists);
+            }
+            let now = Timespec::now();
+            row.attr.nlink = row
+                .attr
+                .nlink
+                .checked_add(1)
+                .ok_or(MetaError::TooManyLinks)?;
+            row.attr.ctime = now;
+            tx.put_inode(&row)?;
+            tx.put_dentry(
+                new_parent,
+                new_name,
+                Dentry {
+                    ino,
+                    kind: row.attr.kind,
+                },
+            )?;
+            adjust_dir(tx, new_parent, 0, now)?;
+            Ok(row.attr)
+        })
+    }
+
+    /// Removes a non-directory name. If it was the last link, the inode is removed in the same
+    /// transaction unless `is_open(ino)` returns true, in which case it becomes an orphan.
+    pub fn unlink(
+        &self,
+        parent: u64,
+        name: &[u8],
+        is_open: &dyn Fn(u64) -> bool,
+    ) -> Result<Unlinked> {
+        check_name(name)?;
+        self.write(|tx| {
+            dir(tx, parent)?;
+            let d = tx.get_dentry(parent, name)?.ok_or(MetaError::NotFound)?;
+            if d.kind == FileKind::Dir {
+                return Err(MetaError::IsDir);
+            }
+            let row = inode(tx, d.ino)?;
+            let now = Timespec::now();
+            tx.delete_dentry(parent, name)?;
+            adjust_dir(tx, parent, 0, now)?;
+            drop_link(tx, row, is_open, now)
+        })
+    }
+
+    /// Removes an orphan (an inode with no names left) with its records, xattrs and properties.
+    /// Returns the removed records (inline ones included, in index order; accounted like those of
+    /// [`Unlinked::freed`]), or `None` (having done nothing) if the inode does not exist, is a
+    /// directory or still has names.
+    pub fn forget(&self, ino: u64) -> Result<Option<Vec<RecordRef>>> {
+        self.write(|tx| match tx.get_inode(ino)? {
+            Some(row) if row.attr.nlink == 0 && row.attr.kind != FileKind::Dir => {
+                Ok(Some(purge_records(tx, ino)?))
+            }
+            _ => Ok(None),
+        })
+    }
+
+    /// Removes an empty directory.
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
+        check_name(name)?;
+        self.write(|tx| {
+            dir(tx, parent)?;
+            let d = tx.get_dentry(parent, name)?.ok_or(MetaError::NotFound)?;
+            if d.kind != FileKind::Dir {
+                return Err(MetaError::NotDir);
+            }
+            if tx.count_dentries(d.ino)? > 0 {
+                return Err(MetaError::NotEmpty);
+            }
+            tx.delete_dentry(parent, name)?;
+            adjust_dir(tx, parent, -1, Timespec::now())?;
+            purge(tx, d.ino)?;
+            Ok(())
+        })
+    }
+
+    /// Up to `limit` entries of directory `ino` whose names sort after `after` (byte order).
+    /// Pass the last returned name as `after` to continue.
+    pub fn readdir(&self, ino: u64, after: Option<&[u8]>, limit: usize) -> Result<Vec<DirEntry>> {
+        self.read(|tx| {
+            dir(tx, ino)?;
+            Ok(tx
+                .list_dentries(ino, after, limit)?
+                .into_iter()
+                .map(|(name, d)| DirEntry {
+                    name,
+                    ino: d.ino,
+                    kind: d.kind,
+                })
+                .collect())
+        })
+    }
+
+    /// Changes attributes; `ctime` becomes now.
+    pub fn setattr(&self, ino: u64, set: &SetAttr) -> Result<Attr> {
+        self.write(|tx| {
+            let mut row = inode(tx, ino)?;
+            let now = Timespec::now();
+            if let Some(size) = set.size {
+                match row.attr.kind {
+                    FileKind::File => {}
+                    FileKind::Dir => return Err(MetaError::IsDir),
+                    _ => return Err(MetaError::invalid("size change on a non-regular file")),
+                }
+                row.attr.size = size;
+                row.attr.mtime = now;
+            }
+            if let Some(mode) = set.mode {
+                row.attr.mode = mode & 0o7777;
+            }
+            if let Some(uid) = set.uid {
+                row.attr.uid = uid;
+            }
+            if let Some(gid) = set.gid {
+                row.attr.gid = gid;
+            }
+            if let Some(t) = set.atime {
+                row.attr.atime = t;
+            }
+            if let Some(t) = set.mtime {
+                row.attr.mtime = t;
+            }
+            row.attr.ctime = now;
+            tx.put_inode(&row)?;
+            Ok(row.attr)
+        })
+    }
+
+    /// Removes every orphan — a non-directory inode with no names left (`nlink == 0`), such as a
+    /// file unlinked while open whose [`MetaStore::forget`] a crash prevented — with its records,
+    /// xattrs and properties, accounting exactly like `forget`. Returns the removed non-inline
+    /// records, whose bytes are now garbage; the caller marks their store entries dead.
+    ///
+    /// Meant for pool open, before any file is open: it also removes orphans that are still open.
+    /// Engines index inodes with `nlink == 0`, so this costs nothing when there are none.
+    pub fn purge_orphans(&self) -> Result<Vec<RecordRef>> {
+        self.write(|tx| {
+            let mut freed = Vec::new();
+            for ino in tx.list_orphans()? {
+                let orphan = ino != ROOT_INO
+                    && tx
+                        .get_inode(ino)?
+                        .is_some_and(|row| row.attr.nlink == 0 && row.attr.kind != FileKind::Dir);
+                if !orphan {
+                    continue;
+                }
+                let recs = purge(tx, ino)?;
+                freed.extend(
+                    recs.into_iter()
+                        .map(|(_, r)| r)
+                        .filter(RecordRef::in_segment),
+                );
+            }
+            Ok(freed)
+        })
+    }
+}

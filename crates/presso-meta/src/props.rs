@@ -1,0 +1,82 @@
+//! ZFS-like properties: set directly on an inode (or the pool) and inherited along parent
+//! pointers.
+
+use crate::engine::Txn;
+use crate::error::{MetaError, Result};
+use crate::namespace::inode;
+use crate::xattr::check_attr_name;
+use crate::{EffectiveProp, MetaStore, POOL_INO, ROOT_INO};
+
+impl MetaStore {
+    fn check_prop_target(tx: &mut dyn Txn, ino: u64, name: &str) -> Result<()> {
+        check_attr_name(name.as_bytes())?;
+        if ino != POOL_INO {
+            inode(tx, ino)?;
+        }
+        Ok(())
+    }
+
+    /// Sets a property on `ino` (0 = pool).
+    pub fn set_prop(&self, ino: u64, name: &str, value: &str) -> Result<()> {
+        self.write(|tx| {
+            Self::check_prop_target(tx, ino, name)?;
+            tx.set_prop(ino, name, value)
+        })
+    }
+
+    /// The property set directly on `ino`, if any (no inheritance).
+    pub fn get_prop(&self, ino: u64, name: &str) -> Result<Option<String>> {
+        self.read(|tx| {
+            Self::check_prop_target(tx, ino, name)?;
+            tx.get_prop(ino, name)
+        })
+    }
+
+    /// Removes the property set directly on `ino` (like `zfs inherit`); returns whether it was set.
+    pub fn remove_prop(&self, ino: u64, name: &str) -> Result<bool> {
+        self.write(|tx| {
+            Self::check_prop_target(tx, ino, name)?;
+            tx.delete_prop(ino, name)
+        })
+    }
+
+    /// Properties set directly on `ino`, in name order.
+    pub fn list_props(&self, ino: u64) -> Result<Vec<(String, String)>> {
+        self.read(|tx| {
+            if ino != POOL_INO {
+                inode(tx, ino)?;
+            }
+            tx.list_props(ino)
+        })
+    }
+
+    /// The value that applies to `ino`: its own, else the nearest ancestor's, else the pool's.
+    pub fn get_prop_effective(&self, ino: u64, name: &str) -> Result<Option<EffectiveProp>> {
+        self.read(|tx| {
+            Self::check_prop_target(tx, ino, name)?;
+            let mut cur = ino;
+            let mut steps = 0u32;
+            while cur != POOL_INO {
+                if let Some(value) = tx.get_prop(cur, name)? {
+                    return Ok(Some(EffectiveProp { value, source: cur }));
+                }
+                if cur == ROOT_INO {
+                    break;
+                }
+                steps += 1;
+                if steps > 1_000_000 {
+                    return Err(MetaError::Corrupt("parent pointer cycle".into()));
+                }
+                cur = match tx.get_inode(cur)? {
+                    Some(row) if row.parent != 0 => row.parent,
+                    // Stale or missing parent (e.g. a hard link outlived its directory).
+                    _ => ROOT_INO,
+                };
+            }
+            Ok(tx.get_prop(POOL_INO, name)?.map(|value| EffectiveProp {
+                value,
+                source: POOL_INO,
+            }))
+        })
+    }
+}

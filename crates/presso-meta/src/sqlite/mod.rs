@@ -1,0 +1,287 @@
+//! SQLite engine: one table per row kind, WAL journal; one write connection behind a mutex and a
+//! small pool of read connections, so reads run concurrently with each other and with a writer.
+//!
+//! Unsigned 64-bit numbers are stored bit-cast into SQLite's signed `INTEGER`; record indexes are
+//! limited to `0..i64::MAX` by the semantic layer so their order is kept. Byte-string keys are
+//! `BLOB`s, which SQLite orders with `memcmp` then length, the same order as `Vec<u8>`.
+//!
+//! Concurrency: write transactions are serialized on the write connection (`BEGIN IMMEDIATE`).
+//! Read transactions take a connection from the pool (at most [`READ_CONNECTIONS`], opened on
+//! first need, `query_only`), waiting for one to come back when all are busy. In WAL mode a read
+//! transaction's snapshot is fixed by its first statement and kept until it ends, so it is
+//! consistent and includes every commit made before the transaction began.
+//!
+//! Durability: commits use the `synchronous` level the engine was opened with, except those of
+//! [`MetaEngine::write_durable`] transactions, which run with `synchronous=FULL` (SQLite refuses
+//! to change the level inside a transaction, so it is switched before `BEGIN` and switched back
+//! before the next ordinary write). In WAL mode `FULL` syncs the log at commit, and because the
+//! log is written in order, that also makes every earlier commit durable.
+
+mod rows;
+mod schema;
+#[cfg(test)]
+mod tests;
+mod txn;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex};
+
+use rusqlite::{Connection, OpenFlags};
+
+use crate::engine::{MetaEngine, Txn};
+use crate::error::{MetaError, Result};
+
+pub use schema::SCHEMA_VERSION;
+use txn::{Handle, SqliteTxn};
+
+/// Most read connections the engine opens.
+pub const READ_CONNECTIONS: usize = 4;
+
+/// Counter bumped by every commit of a [`MetaEngine::write_durable`] transaction, so that the
+/// commit always appends to the log and therefore syncs it.
+pub const COUNTER_DURABLE_COMMITS: &str = "sqlite_durable_commits";
+
+/// Prepared statements kept per connection: more than the engine has, so none is re-prepared.
+const STATEMENT_CACHE: usize = 64;
+
+/// SQLite `synchronous` setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// `NORMAL`: with WAL, a power loss may lose the last commits but never corrupts.
+    #[default]
+    Normal,
+    /// `FULL`: every commit is durable when it returns.
+    Full,
+}
+
+impl Synchronous {
+    fn pragma(self) -> &'static str {
+        match self {
+            Synchronous::Normal => "PRAGMA synchronous=NORMAL",
+            Synchronous::Full => "PRAGMA synchronous=FULL",
+        }
+    }
+}
+
+/// Options for opening a SQLite metadata database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SqliteOptions {
+    /// Durability of commits.
+    pub synchronous: Synchronous,
+}
+
+/// Classifies a SQLite failure by its result code (never by its message): full disk or page
+/// limit, damaged file, or anything else.
+fn eng(e: rusqlite::Error) -> MetaError {
+    classify(e, None)
+}
+
+/// [`eng`] for a failure on `conn`, which can also tell an I/O error caused by a full disk
+/// (`ENOSPC`, e.g. while growing the WAL index) from other I/O errors.
+fn eng_on(conn: &Connection) -> impl Fn(rusqlite::Error) -> MetaError + '_ {
+    move |e| classify(e, Some(conn))
+}
+
+fn classify(e: rusqlite::Error, conn: Option<&Connection>) -> MetaError {
+    use rusqlite::ffi::ErrorCode;
+    match e.sqlite_error_code() {
+        Some(ErrorCode::DiskFull) => MetaError::Full,
+        Some(ErrorCode::SystemIoFailure)
+            if conn.is_some_and(|c| system_errno(c) == libc::ENOSPC) =>
+        {
+            MetaError::Full
+        }
+        Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => {
+            MetaError::Corrupt(format!("sqlite: {e}"))
+        }
+        _ => MetaError::engine(format!("sqlite: {e}")),
+    }
+}
+
+/// The OS error number behind the last failed call on `conn`.
+fn system_errno(conn: &Connection) -> i32 {
+    // SAFETY: the handle is valid while `conn` is borrowed, and sqlite3_system_errno only reads a
+    // field of the connection; it does not use or keep the pointer beyond the call.
+    unsafe { rusqlite::ffi::sqlite3_system_errno(conn.handle()) }
+}
+
+fn poisoned<T>(_: T) -> MetaError {
+    MetaError::engine("sqlite engine lock poisoned")
+}
+
+fn configure(conn: &Connection) -> Result<()> {
+    conn.busy_timeout(std::time::Duration::from_secs(10))
+        .map_err(eng)?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    Ok(())
+}
+
+/// The write connection and the `synchronous` level currently set on it.
+struct Writer {
+    conn: Connection,
+    sync_now: Synchronous,
+}
+
+/// Read connections not in use, and how many exist in total.
+struct Pool {
+    idle: Vec<Connection>,
+    open: usize,
+}
+
+/// The SQLite engine.
+pub struct SqliteEngine {
+    path: PathBuf,
+    sync: Synchronous,
+    writer: Mutex<Writer>,
+    readers: Mutex<Pool>,
+    returned: Condvar,
+}
+
+impl std::fmt::Debug for SqliteEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteEngine")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteEngine {
+    /// Opens (creating if needed) the database at `path`, creating or checking the schema.
+    ///
+    /// Fails with [`MetaError::SchemaTooNew`] if the database was written by a newer schema.
+    /// `path` must name a file (read transactions use their own connections to it).
+    pub fn open(path: &Path, opts: SqliteOptions) -> Result<Self> {
+        let mut conn = Connection::open(path).map_err(eng)?;
+        configure(&conn)?;
+        let _mode: String = conn
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .map_err(eng)?;
+        conn.execute_batch(opts.synchronous.pragma())
+            .map_err(eng_on(&conn))?;
+
+        schema::create_or_check(&mut conn)?;
+        // Read connections are opened later, possibly after the working directory changed.
+        let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        Ok(SqliteEngine {
+            path,
+            sync: opts.synchronous,
+            writer: Mutex::new(Writer {
+                conn,
+                sync_now: opts.synchronous,
+            }),
+            readers: Mutex::new(Pool {
+                idle: Vec::new(),
+                open: 0,
+            }),
+            returned: Condvar::new(),
+        })
+    }
+
+    fn open_reader(&self) -> Result<Connection> {
+        let conn = Connection::open_with_flags(
+            &self.path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_URI
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(eng)?;
+        configure(&conn)?;
+        conn.execute_batch("PRAGMA query_only=ON").map_err(eng)?;
+        Ok(conn)
+    }
+
+    /// Takes an idle read connection, opens one if fewer than [`READ_CONNECTIONS`] exist, or
+    /// waits for one to be returned.
+    fn take_reader(&self) -> Result<Connection> {
+        let mut pool = self.readers.lock().map_err(poisoned)?;
+        loop {
+            if let Some(c) = pool.idle.pop() {
+                return Ok(c);
+            }
+            if pool.open < READ_CONNECTIONS {
+                pool.open += 1;
+                drop(pool);
+                let opened = self.open_reader();
+                if opened.is_err() {
+                    self.forget_reader();
+                }
+                return opened;
+            }
+            pool = self.returned.wait(pool).map_err(poisoned)?;
+        }
+    }
+
+    fn give_back(&self, conn: Connection) {
+        // A connection still inside a transaction (its rollback failed) is closed, not reused.
+        if !conn.is_autocommit() {
+            drop(conn);
+            self.forget_reader();
+            return;
+        }
+        if let Ok(mut pool) = self.readers.lock() {
+            pool.idle.push(conn);
+        }
+        self.returned.notify_one();
+    }
+
+    fn forget_reader(&self) {
+        if let Ok(mut pool) = self.readers.lock() {
+            pool.open = pool.open.saturating_sub(1);
+        }
+        self.returned.notify_one();
+    }
+
+    fn begin_read(&self) -> Result<SqliteTxn<'_>> {
+        let conn = self.take_reader()?;
+        if let Err(e) = conn.execute_batch("BEGIN DEFERRED") {
+            self.give_back(conn);
+            return Err(eng(e));
+        }
+        Ok(SqliteTxn {
+            handle: Handle::Read(self, Some(conn)),
+            open: true,
+            durable: false,
+        })
+    }
+
+    fn begin_write(&self, durable: bool) -> Result<SqliteTxn<'_>> {
+        let mut w = self.writer.lock().map_err(poisoned)?;
+        if !w.conn.is_autocommit() {
+            // Left open by a failed rollback; nothing of it may survive.
+            w.conn.execute_batch("ROLLBACK").map_err(eng_on(&w.conn))?;
+        }
+        let want = if durable {
+            Synchronous::Full
+        } else {
+            self.sync
+        };
+        if w.sync_now != want {
+            w.conn
+                .execute_batch(want.pragma())
+                .map_err(eng_on(&w.conn))?;
+            w.sync_now = want;
+        }
+        w.conn
+            .execute_batch("BEGIN IMMEDIATE")
+            .map_err(eng_on(&w.conn))?;
+        Ok(SqliteTxn {
+            handle: Handle::Write(w),
+            open: true,
+            durable,
+        })
+    }
+}
+
+impl MetaEngine for SqliteEngine {
+    fn read(&self) -> Result<Box<dyn Txn + '_>> {
+        Ok(Box::new(self.begin_read()?))
+    }
+
+    fn write(&self) -> Result<Box<dyn Txn + '_>> {
+        Ok(Box::new(self.begin_write(false)?))
+    }
+
+    fn write_durable(&self) -> Result<Box<dyn Txn + '_>> {
+        Ok(Box::new(self.begin_write(true)?))
+    }
+}

@@ -1,0 +1,80 @@
+//! Conversions between SQLite rows and engine rows, and the SQL text shared by several queries.
+
+use crate::engine::{FileKind, InodeRow, RecordLocation, RecordRef, Timespec};
+use crate::Attr;
+
+pub(super) fn ts(s: i64, ns: i64) -> Timespec {
+    Timespec {
+        secs: s,
+        nsec: ns as u32,
+    }
+}
+
+pub(super) fn row_to_inode(r: &rusqlite::Row<'_>) -> rusqlite::Result<(InodeRow, u8)> {
+    let kind: u8 = r.get(1)?;
+    Ok((
+        InodeRow {
+            attr: Attr {
+                ino: r.get::<_, i64>(0)? as u64,
+                kind: FileKind::File,
+                mode: r.get(2)?,
+                uid: r.get(3)?,
+                gid: r.get(4)?,
+                size: r.get::<_, i64>(5)? as u64,
+                nlink: r.get(6)?,
+                atime: ts(r.get(7)?, r.get(8)?),
+                mtime: ts(r.get(9)?, r.get(10)?),
+                ctime: ts(r.get(11)?, r.get(12)?),
+                rdev: r.get::<_, i64>(13)? as u64,
+            },
+            parent: r.get::<_, i64>(14)? as u64,
+            target: r.get(15)?,
+        },
+        kind,
+    ))
+}
+
+pub(super) fn row_to_record(r: &rusqlite::Row<'_>, base: usize) -> rusqlite::Result<RecordRef> {
+    Ok(RecordRef {
+        segment: r.get::<_, i64>(base)? as u64,
+        offset: r.get::<_, i64>(base + 1)? as u64,
+        stored_len: r.get(base + 2)?,
+        logical_len: r.get(base + 3)?,
+        codec: r.get(base + 4)?,
+        checksum: r.get::<_, i64>(base + 5)? as u64,
+        inline: r.get(base + 6)?,
+    })
+}
+
+pub(super) const SEGMENT_USAGE_SQL: &str = "SELECT segment, COUNT(*), SUM(stored_len) FROM records
+    WHERE inline_data IS NULL GROUP BY segment";
+
+pub(super) const CODEC_USAGE_SQL: &str =
+    "SELECT codec, COUNT(*), SUM(logical_len), SUM(stored_len) FROM records GROUP BY codec";
+
+pub(super) const LIST_ORPHANS_SQL: &str = "SELECT ino FROM inodes WHERE nlink = 0 ORDER BY ino";
+
+pub(super) fn records_in_segment_sql() -> String {
+    format!(
+        "SELECT ino, {RECORD_COLS} FROM records
+         WHERE segment = ?1 AND inline_data IS NULL ORDER BY offset, ino, idx"
+    )
+}
+
+/// A row of `SELECT ino, {RECORD_COLS}`.
+pub(super) fn row_to_location(r: &rusqlite::Row<'_>) -> rusqlite::Result<RecordLocation> {
+    Ok(RecordLocation {
+        ino: r.get::<_, i64>(0)? as u64,
+        index: r.get::<_, i64>(1)? as u64,
+        rec: row_to_record(r, 2)?,
+    })
+}
+
+/// Clamps a record index into SQLite's signed range (indexes at or above `i64::MAX` are refused by
+/// the semantic layer, so clamping only affects open-ended range bounds).
+pub(super) fn idx(i: u64) -> i64 {
+    i.min(i64::MAX as u64) as i64
+}
+
+pub(super) const RECORD_COLS: &str =
+    "idx, segment, offset, stored_len, logical_len, codec, checksum, inline_data";

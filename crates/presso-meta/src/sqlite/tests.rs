@@ -1,0 +1,174 @@
+//! Unit tests of the SQLite engine's internals: durability switching, query plans, the reader
+//! pool.
+
+use super::rows::{records_in_segment_sql, LIST_ORPHANS_SQL, SEGMENT_USAGE_SQL};
+use super::*;
+
+struct TempDb(PathBuf);
+
+impl TempDb {
+    fn new(tag: &str) -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        TempDb(std::env::temp_dir().join(format!(
+            "presso-meta-unit-{tag}-{}-{nanos}.db",
+            std::process::id()
+        )))
+    }
+}
+
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut p = self.0.as_os_str().to_owned();
+            p.push(suffix);
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn pragma_synchronous(tx: &SqliteTxn<'_>) -> i64 {
+    tx.c()
+        .unwrap()
+        .query_row("PRAGMA synchronous", [], |r| r.get(0))
+        .unwrap()
+}
+
+#[test]
+fn durable_writes_switch_to_full_and_back() {
+    let db = TempDb::new("sync");
+    let e = SqliteEngine::open(&db.0, SqliteOptions::default()).unwrap();
+    let tx = e.begin_write(false).unwrap();
+    assert_eq!(pragma_synchronous(&tx), 1, "NORMAL");
+    drop(tx);
+    let tx = e.begin_write(true).unwrap();
+    assert_eq!(pragma_synchronous(&tx), 2, "FULL");
+    Box::new(tx).commit().unwrap();
+    let mut tx = e.begin_write(false).unwrap();
+    assert_eq!(pragma_synchronous(&tx), 1, "back to NORMAL");
+    // the empty durable transaction still wrote (and so synced) the log
+    assert_eq!(tx.get_counter(COUNTER_DURABLE_COMMITS).unwrap(), 1);
+    drop(tx);
+
+    // an engine opened with FULL stays FULL
+    drop(e);
+    let e = SqliteEngine::open(
+        &db.0,
+        SqliteOptions {
+            synchronous: Synchronous::Full,
+        },
+    )
+    .unwrap();
+    for durable in [true, false] {
+        let tx = e.begin_write(durable).unwrap();
+        assert_eq!(pragma_synchronous(&tx), 2);
+    }
+}
+
+fn plan(tx: &SqliteTxn<'_>, sql: &str) -> String {
+    let c = tx.c().unwrap();
+    let mut st = c.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+    let args = vec![7i64; st.parameter_count()];
+    let rows = st
+        .query_map(rusqlite::params_from_iter(args), |r| r.get::<_, String>(3))
+        .unwrap();
+    rows.map(|r| r.unwrap()).collect::<Vec<_>>().join("; ")
+}
+
+#[test]
+fn queries_use_the_secondary_indexes() {
+    let db = TempDb::new("plan");
+    let e = SqliteEngine::open(&db.0, SqliteOptions::default()).unwrap();
+    let tx = e.begin_read().unwrap();
+    let p = plan(&tx, SEGMENT_USAGE_SQL);
+    assert!(p.contains("COVERING INDEX records_by_segment"), "{p}");
+    let p = plan(&tx, &records_in_segment_sql());
+    assert!(p.contains("records_by_segment (segment=?)"), "{p}");
+    let p = plan(&tx, LIST_ORPHANS_SQL);
+    assert!(p.contains("inodes_orphans"), "{p}");
+    assert!(!p.contains("TEMP B-TREE"), "{p}");
+}
+
+#[test]
+fn read_connections_are_pooled_and_capped() {
+    let db = TempDb::new("pool");
+    let e = SqliteEngine::open(&db.0, SqliteOptions::default()).unwrap();
+    {
+        let held: Vec<_> = (0..READ_CONNECTIONS)
+            .map(|_| e.begin_read().unwrap())
+            .collect();
+        assert_eq!(e.readers.lock().unwrap().open, READ_CONNECTIONS);
+        assert!(e.readers.lock().unwrap().idle.is_empty());
+        drop(held);
+    }
+    assert_eq!(e.readers.lock().unwrap().idle.len(), READ_CONNECTIONS);
+    std::thread::scope(|s| {
+        for _ in 0..3 * READ_CONNECTIONS {
+            s.spawn(|| {
+                for _ in 0..50 {
+                    let mut tx = e.begin_read().unwrap();
+                    assert_eq!(tx.get_counter("x").unwrap(), 0);
+                }
+            });
+        }
+    });
+    let pool = e.readers.lock().unwrap();
+    assert_eq!(pool.open, READ_CONNECTIONS);
+    assert_eq!(pool.idle.len(), READ_CONNECTIONS);
+}
+
+#[test]
+fn a_full_database_is_reported_as_full() {
+    let db = TempDb::new("full");
+    let e = SqliteEngine::open(&db.0, SqliteOptions::default()).unwrap();
+    {
+        let w = e.writer.lock().unwrap();
+        let pages: i64 = w
+            .conn
+            .query_row("PRAGMA page_count", [], |r| r.get(0))
+            .unwrap();
+        let _: i64 = w
+            .conn
+            .query_row(&format!("PRAGMA max_page_count={}", pages + 8), [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+    }
+    let store = crate::MetaStore::new(Box::new(e));
+    store.init().unwrap();
+    let value = vec![7u8; 16 * 1024];
+    let mut failure = None;
+    for i in 0..1000 {
+        let name = format!("user.fill{i}");
+        if let Err(err) =
+            store.set_xattr(crate::ROOT_INO, name.as_bytes(), &value, Default::default())
+        {
+            failure = Some(err);
+            break;
+        }
+    }
+    let err = failure.expect("the page limit was never reached");
+    assert_eq!(err, MetaError::Full);
+    assert_eq!(err.errno(), libc::ENOSPC);
+    // The failed transaction left no trace and the store still answers.
+    assert_eq!(store.getattr(crate::ROOT_INO).unwrap().ino, crate::ROOT_INO);
+}
+
+#[test]
+fn failures_are_classified_by_result_code() {
+    let fail = |code| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None);
+    let conn = Connection::open_in_memory().unwrap();
+    assert_eq!(eng(fail(rusqlite::ffi::SQLITE_FULL)), MetaError::Full);
+    for code in [rusqlite::ffi::SQLITE_CORRUPT, rusqlite::ffi::SQLITE_NOTADB] {
+        assert!(matches!(eng(fail(code)), MetaError::Corrupt(_)));
+    }
+    // an I/O error is "full" only when the OS said ENOSPC, which it did not here
+    let io = eng_on(&conn)(fail(rusqlite::ffi::SQLITE_IOERR));
+    assert!(matches!(io, MetaError::EngineFailure(_)), "{io:?}");
+    assert!(matches!(
+        eng(fail(rusqlite::ffi::SQLITE_BUSY)),
+        MetaError::EngineFailure(_)
+    ));
+}

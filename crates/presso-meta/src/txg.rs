@@ -1,0 +1,159 @@
+//! Transaction groups: a batch of record-map and size updates applied in one write transaction.
+
+use std::collections::HashMap;
+
+use crate::accounting::Delta;
+use crate::engine::{FileKind, RecordRef, Txn};
+use crate::error::{MetaError, Result};
+use crate::records::check_record;
+use crate::{MetaStore, TxgOp, TxgOutcome, RECORD_INDEX_LIMIT};
+
+fn check_txg_op(op: &TxgOp) -> Result<()> {
+    match op {
+        TxgOp::SetRecord { index, rec, .. } | TxgOp::MoveRecord { index, rec, .. } => {
+            check_record(*index, rec)
+        }
+        TxgOp::ClearRecord { index, .. } if *index >= RECORD_INDEX_LIMIT => {
+            Err(MetaError::invalid("record index too large"))
+        }
+        TxgOp::ClearRecord { .. } | TxgOp::SetSize { .. } => Ok(()),
+    }
+}
+
+/// Whether `ino` exists and is a regular file, remembered in `files`. Sound for one transaction
+/// group because none of its ops creates, removes or retypes an inode.
+fn is_file(tx: &mut dyn Txn, files: &mut HashMap<u64, bool>, ino: u64) -> Result<bool> {
+    if let Some(&known) = files.get(&ino) {
+        return Ok(known);
+    }
+    let yes = tx
+        .get_inode(ino)?
+        .is_some_and(|row| row.attr.kind == FileKind::File);
+    files.insert(ino, yes);
+    Ok(yes)
+}
+
+/// Applies the ops of one transaction group inside `tx`; see [`MetaStore::apply_txg`].
+fn apply_ops(tx: &mut dyn Txn, ops: &[TxgOp]) -> Result<TxgOutcome> {
+    let mut out = TxgOutcome::default();
+    let mut delta = Delta::default();
+    let mut files = HashMap::new();
+    let skip = |delta: &mut Delta, out: &mut TxgOutcome, rec: &RecordRef| {
+        delta.waste(rec);
+        if rec.in_segment() {
+            out.not_applied.push(rec.clone());
+        }
+    };
+    for op in ops {
+        match op {
+            TxgOp::SetRecord { ino, index, rec } => {
+                if !is_file(tx, &mut files, *ino)? {
+                    skip(&mut delta, &mut out, rec);
+                    continue;
+                }
+                let old = tx.get_record(*ino, *index)?;
+                if old.as_ref() == Some(rec) {
+                    continue;
+                }
+                tx.put_record(*ino, *index, rec)?;
+                delta.take(rec);
+                if let Some(old) = old {
+                    delta.drop_ref(&old);
+                    if old.in_segment() {
+                        out.replaced.push(old);
+                    }
+                }
+            }
+            TxgOp::ClearRecord { ino, index } => {
+                if !is_file(tx, &mut files, *ino)? {
+                    continue;
+                }
+                if let Some(old) = tx.get_record(*ino, *index)? {
+                    tx.delete_record(*ino, *index)?;
+                    delta.drop_ref(&old);
+                    if old.in_segment() {
+                        out.replaced.push(old);
+                    }
+                }
+            }
+            TxgOp::MoveRecord {
+                ino,
+                index,
+                from_segment,
+                from_offset,
+                rec,
+            } => {
+                let cur = if is_file(tx, &mut files, *ino)? {
+                    tx.get_record(*ino, *index)?
+                } else {
+                    None
+                };
+                match cur {
+                    Some(cur)
+                        if cur.in_segment()
+                            && cur.segment == *from_segment
+                            && cur.offset == *from_offset =>
+                    {
+                        if cur != *rec {
+                            tx.put_record(*ino, *index, rec)?;
+                            delta.take(rec);
+                            delta.drop_ref(&cur);
+                            out.replaced.push(cur);
+                        }
+                    }
+                    _ => skip(&mut delta, &mut out, rec),
+                }
+            }
+            TxgOp::SetSize { ino, size, mtime } => {
+                let Some(mut row) = tx.get_inode(*ino)? else {
+                    files.insert(*ino, false);
+                    continue;
+                };
+                files.insert(*ino, row.attr.kind == FileKind::File);
+                if row.attr.kind != FileKind::File {
+                    continue;
+                }
+                row.attr.size = *size;
+                row.attr.mtime = *mtime;
+                row.attr.ctime = row.attr.ctime.max(*mtime);
+                tx.put_inode(&row)?;
+            }
+        }
+    }
+    delta.apply(tx)?;
+    Ok(out)
+}
+
+impl MetaStore {
+    /// Applies a transaction group: every op of `ops`, in order, in one write transaction, so a
+    /// crash keeps all of them or none.
+    ///
+    /// - Ops on an inode that no longer exists or is not a regular file are skipped, not errors
+    ///   (the file may have been removed while its data was in flight).
+    /// - Accounting is that of [`MetaStore::set_record`] / [`MetaStore::truncate_records`], op by
+    ///   op. Non-inline frames that end up referenced by no record — the old frames of replaced,
+    ///   cleared and moved records ([`TxgOutcome::replaced`]) and the new frames of skipped
+    ///   `SetRecord`/`MoveRecord` ops ([`TxgOutcome::not_applied`]) — are all added to the
+    ///   garbage counter here; the caller only marks their store entries dead. That keeps
+    ///   "live stored bytes in segments + garbage == frame bytes handed over − released" exact
+    ///   (see the crate docs).
+    /// - With `durable`, the commit (and every commit before it) survives a power loss once this
+    ///   returns; otherwise it has the durability the store was opened with. The SQLite engine
+    ///   commits this transaction with `synchronous=FULL`.
+    ///
+    /// Fails without applying anything if an op is malformed (record index at or above
+    /// [`RECORD_INDEX_LIMIT`], inline data whose length is not `stored_len`).
+    pub fn apply_txg(&self, ops: &[TxgOp], durable: bool) -> Result<TxgOutcome> {
+        for op in ops {
+            check_txg_op(op)?;
+        }
+        let mut tx = if durable {
+            self.engine.write_durable()?
+        } else {
+            self.engine.write()?
+        };
+        let out = apply_ops(&mut *tx, ops)?;
+        tx.commit()?;
+        Ok(out)
+    }
+}
