@@ -24,7 +24,7 @@ pub mod policy;
 pub mod record;
 pub mod stats;
 
-pub use codec::{CodecId, CodecSpec, SpecError, CODECS};
+pub use codec::{valid_specs, CodecId, CodecSpec, SpecError, CODECS};
 pub use engine::{
     Batch, BusyPolicy, Encoded, Engine, EngineConfig, EngineError, JobOptions, Offload,
 };
