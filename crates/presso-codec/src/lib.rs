@@ -30,6 +30,6 @@ pub use engine::{
 };
 pub use format::DeflateEngine;
 pub use frame::{decode_frame, decode_frame_with, DecodeOptions, FrameError, FrameHeader};
-pub use policy::Threshold;
+pub use policy::{Threshold, ThresholdError};
 pub use record::Record;
 pub use stats::{BackendKind, StatsSnapshot, Verdict};
