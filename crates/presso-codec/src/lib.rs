@@ -26,10 +26,13 @@ pub mod stats;
 
 pub use codec::{valid_specs, CodecId, CodecSpec, SpecError, CODECS};
 pub use engine::{
-    Batch, BusyPolicy, Encoded, Engine, EngineConfig, EngineError, JobOptions, Offload,
+    default_workers, Batch, BusyPolicy, Encoded, Engine, EngineConfig, EngineError, JobOptions,
+    Offload,
 };
 pub use format::DeflateEngine;
-pub use frame::{decode_frame, decode_frame_with, DecodeOptions, FrameError, FrameHeader};
+pub use frame::{
+    decode_frame, decode_frame_with, decode_parsed_shared, DecodeOptions, FrameError, FrameHeader,
+};
 pub use policy::{Threshold, ThresholdError};
 pub use record::Record;
 pub use stats::{BackendKind, StatsSnapshot, Verdict};

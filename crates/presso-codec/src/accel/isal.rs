@@ -14,7 +14,7 @@ use crate::stats::thread_cpu_time;
 /// Settings of the ISA-L backend.
 #[derive(Clone, Debug)]
 pub struct IsalConfig {
-    /// Worker threads running ISA-L (default: the number of cores).
+    /// Worker threads running ISA-L (default: [`default_workers`](crate::default_workers)).
     pub workers: usize,
     /// Jobs waiting at once beyond those running (default: 4 per worker).
     pub queue_depth: usize,
@@ -24,7 +24,7 @@ pub struct IsalConfig {
 
 impl Default for IsalConfig {
     fn default() -> Self {
-        let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let workers = crate::default_workers();
         IsalConfig {
             workers,
             queue_depth: workers * 4,
