@@ -1,5 +1,10 @@
-//! The ISA-L igzip engine as an accelerator backend: SIMD deflate on worker threads of its own,
-//! fed through a bounded queue, reading each record's segments in place.
+//! The `isal` accelerator: an execution backend for the gzip (raw deflate) format that runs the
+//! ISA-L igzip code of [`crate::format::isal`] on worker threads of its own, fed through a bounded
+//! queue, reading each record's segments in place.
+//!
+//! The same igzip code also serves as [`DeflateEngine::Isal`](crate::DeflateEngine::Isal), run
+//! inline as a software engine; this module adds only the execution (threads, queue, self-test and
+//! re-initialisation), not a second deflate.
 
 use std::thread::JoinHandle;
 
