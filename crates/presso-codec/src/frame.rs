@@ -288,8 +288,8 @@ pub fn logical_crc(segments: &[&[u8]]) -> u32 {
 }
 
 /// Writes the header in front of a payload already at `frame[HEADER_LEN..]`, produced with `spec`
-/// from the record `segments`.
-pub fn seal_frame(frame: &mut [u8], spec: CodecSpec, segments: &[&[u8]]) {
+/// from the record `segments`; returns the header written.
+pub fn seal_frame(frame: &mut [u8], spec: CodecSpec, segments: &[&[u8]]) -> FrameHeader {
     let header = FrameHeader {
         codec: spec.codec,
         level: spec.level,
@@ -300,22 +300,33 @@ pub fn seal_frame(frame: &mut [u8], spec: CodecSpec, segments: &[&[u8]]) {
         stored_hash: stored_hash(&frame[HEADER_LEN..]),
     };
     frame[..HEADER_LEN].copy_from_slice(&header.to_bytes());
+    header
 }
 
 /// An uncompressed (`off`) frame holding the record's segments.
 pub fn raw_frame(segments: &[&[u8]]) -> Vec<u8> {
+    build_raw(segments).0
+}
+
+/// [`raw_frame`] and the header it starts with.
+pub(crate) fn build_raw(segments: &[&[u8]]) -> (Vec<u8>, FrameHeader) {
     let len: usize = segments.iter().map(|s| s.len()).sum();
     let mut frame = Vec::with_capacity(HEADER_LEN + len);
     frame.resize(HEADER_LEN, 0);
     for segment in segments {
         frame.extend_from_slice(segment);
     }
-    seal_frame(&mut frame, CodecSpec::OFF, segments);
-    frame
+    let header = seal_frame(&mut frame, CodecSpec::OFF, segments);
+    (frame, header)
 }
 
 /// A hole frame: `len` zero bytes, no payload.
 pub fn hole_frame(len: usize) -> Vec<u8> {
+    build_hole(len).0
+}
+
+/// [`hole_frame`] and its header.
+pub(crate) fn build_hole(len: usize) -> (Vec<u8>, FrameHeader) {
     static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
     let mut hasher = crc32fast::Hasher::new();
     let mut left = len;
@@ -333,7 +344,7 @@ pub fn hole_frame(len: usize) -> Vec<u8> {
         logical_crc: hasher.finalize(),
         stored_hash: stored_hash(&[]),
     };
-    header.to_bytes().to_vec()
+    (header.to_bytes().to_vec(), header)
 }
 
 /// How to decode: which deflate engine inflates gzip payloads. Any engine reads any writer's output.
@@ -379,14 +390,32 @@ pub fn decode_frame_into(
 /// buffer.
 pub fn decode_frame_shared(frame: Bytes, options: DecodeOptions) -> Result<Bytes, FrameError> {
     let header = FrameHeader::parse(&frame)?;
+    decode_parsed_shared(&header, frame, options)
+}
+
+/// [`decode_frame_shared`] for a caller that already holds `frame`'s header, parsed with
+/// [`FrameHeader::parse`] (or the [`Encoded::header`](crate::Encoded::header) the engine returned):
+/// the header is not parsed a second time. Everything else is verified as in every decode: the
+/// frame's length, the payload's hash, that the codec is built in, and the decoded record's CRC.
+/// `header` must be the one at the start of `frame`.
+pub fn decode_parsed_shared(
+    header: &FrameHeader,
+    frame: Bytes,
+    options: DecodeOptions,
+) -> Result<Bytes, FrameError> {
+    debug_assert_eq!(
+        FrameHeader::parse(&frame).as_ref(),
+        Ok(header),
+        "the header given is not frame's own"
+    );
     if header.codec != CodecId::Off || header.hole {
         let mut out = vec![0u8; header.logical_len as usize];
-        decode_verified(&header, &frame, &mut out, options)?;
+        decode_verified(header, &frame, &mut out, options)?;
         return Ok(Bytes::from(out));
     }
     // The header's rules make an uncompressed payload exactly the logical length.
-    let payload = verified_payload(&header, &frame)?;
-    check_logical(&header, payload)?;
+    let payload = verified_payload(header, &frame)?;
+    check_logical(header, payload)?;
     Ok(frame.slice(HEADER_LEN..))
 }
 

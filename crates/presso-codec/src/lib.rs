@@ -6,9 +6,11 @@
 //!
 //! - [`codec`]: the one codec table (stable on-disk ids) and the spec parser (`gzip-6`, `zstd`).
 //! - [`frame`]: the record frame, byte by byte, and its verified decoder.
-//! - [`format`]: software implementations of each codec format.
+//! - [`format`](mod@format): software implementations of each codec format, called through the codec table.
 //! - [`policy`]: zero check, compressibility pre-check, output budget ("not worth it" lives here).
-//! - [`accel`]: the accelerator trait, the ISA-L backend and a fault-injecting wrapper.
+//! - [`accel`]: the accelerator trait (an execution backend for a codec format), the ISA-L backend
+//!   and a fault-injecting wrapper. ISA-L's deflate lives once, in `format/isal.rs`: the `isal`
+//!   accelerator runs it on threads of its own, [`DeflateEngine::Isal`] runs it inline.
 //! - [`engine`]: routing, the CPU worker pool, asynchronous submission, fallbacks and health.
 //! - [`stats`]: counters of every verdict and backend.
 //!
@@ -24,12 +26,15 @@ pub mod policy;
 pub mod record;
 pub mod stats;
 
-pub use codec::{CodecId, CodecSpec, SpecError, CODECS};
+pub use codec::{valid_specs, CodecId, CodecSpec, SpecError, CODECS};
 pub use engine::{
-    Batch, BusyPolicy, Encoded, Engine, EngineConfig, EngineError, JobOptions, Offload,
+    default_workers, Batch, BusyPolicy, Encoded, Engine, EngineConfig, EngineError, JobOptions,
+    Offload,
 };
 pub use format::DeflateEngine;
-pub use frame::{decode_frame, decode_frame_with, DecodeOptions, FrameError, FrameHeader};
-pub use policy::Threshold;
+pub use frame::{
+    decode_frame, decode_frame_with, decode_parsed_shared, DecodeOptions, FrameError, FrameHeader,
+};
+pub use policy::{Threshold, ThresholdError};
 pub use record::Record;
 pub use stats::{BackendKind, StatsSnapshot, Verdict};

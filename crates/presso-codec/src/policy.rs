@@ -12,8 +12,26 @@ pub struct Threshold(f64);
 
 /// Why a threshold was refused.
 #[derive(Debug, thiserror::Error, PartialEq)]
-#[error("threshold {0} is out of range: give a percentage from 0% to 50% (e.g. 12.5%)")]
-pub struct ThresholdError(pub String);
+pub enum ThresholdError {
+    /// Not a number.
+    #[error("threshold '{0}' is not a percentage: give one from 0% to 50% (e.g. 12.5%)")]
+    NotANumber(String),
+    /// A number outside 0% to 50%.
+    #[error("threshold {0} is out of range: give a percentage from 0% to 50% (e.g. 12.5%)")]
+    OutOfRange(String),
+    /// A bare number between 0 and 1, which reads as a fraction to some and a percentage to
+    /// others.
+    #[error(
+        "threshold '{given}' is ambiguous: write '{percent}%' for {percent} percent, or \
+         '{given}%' for {given} percent"
+    )]
+    BareFraction {
+        /// The number as given.
+        given: String,
+        /// The percentage it would be as a fraction.
+        percent: String,
+    },
+}
 
 impl Threshold {
     /// The default: 12.5%, as ZFS.
@@ -24,7 +42,7 @@ impl Threshold {
     /// A threshold from a fraction in `0.0..=0.5`.
     pub fn from_fraction(fraction: f64) -> Result<Threshold, ThresholdError> {
         if !(0.0..=Self::MAX).contains(&fraction) {
-            return Err(ThresholdError(format!("{}%", fraction * 100.0)));
+            return Err(ThresholdError::OutOfRange(format!("{}%", fraction * 100.0)));
         }
         Ok(Threshold(fraction))
     }
@@ -51,18 +69,37 @@ impl Default for Threshold {
 impl std::str::FromStr for Threshold {
     type Err = ThresholdError;
 
-    /// Parses `12.5%`, `12.5` (percent) or `0.125`-style fractions written with a `%` only.
+    /// The one threshold parser (properties, `presso bench`, configuration). A threshold is a
+    /// percentage from 0% to 50%, with or without the `%` sign: `12.5%`, `12.5` and `20` mean
+    /// 12.5 and 20 percent; `0.5%` is half a percent.
+    ///
+    /// A bare number strictly between 0 and 1 (`0.2`) is refused, with an error saying to write
+    /// `20%` or `0.2%`: read as a fraction it would be 20%, read as a percentage 0.2%, and either
+    /// guess silently stores records differently from what half the readers meant. With the `%`
+    /// sign there is no doubt, so `0.2%` is accepted. Surrounding blanks are ignored; the
+    /// [`Display`](std::fmt::Display) spelling (`12.5%`) parses back to the same value.
     fn from_str(text: &str) -> Result<Threshold, ThresholdError> {
         let trimmed = text.trim();
-        let number = trimmed.strip_suffix('%').unwrap_or(trimmed);
+        let (number, has_sign) = match trimmed.strip_suffix('%') {
+            Some(number) => (number.trim(), true),
+            None => (trimmed, false),
+        };
         let percent: f64 = number
-            .trim()
             .parse()
-            .map_err(|_| ThresholdError(text.to_string()))?;
+            .map_err(|_| ThresholdError::NotANumber(trimmed.to_string()))?;
         if !percent.is_finite() {
-            return Err(ThresholdError(text.to_string()));
+            return Err(ThresholdError::NotANumber(trimmed.to_string()));
         }
-        Threshold::from_fraction(percent / 100.0).map_err(|_| ThresholdError(text.to_string()))
+        if !has_sign && percent > 0.0 && percent < 1.0 {
+            // Rounded so that 0.07 suggests 7%, not 7.000000000000001%.
+            let as_fraction = (percent * 100.0 * 1e9).round() / 1e9;
+            return Err(ThresholdError::BareFraction {
+                given: number.to_string(),
+                percent: as_fraction.to_string(),
+            });
+        }
+        Threshold::from_fraction(percent / 100.0)
+            .map_err(|_| ThresholdError::OutOfRange(trimmed.to_string()))
     }
 }
 
@@ -238,6 +275,32 @@ mod tests {
         for bad in ["51%", "-1%", "abc", "NaN%", "inf"] {
             let err = bad.parse::<Threshold>().unwrap_err();
             assert!(err.to_string().contains("0% to 50%"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn one_threshold_rule_percent_with_or_without_sign() {
+        let fraction = |text: &str| text.parse::<Threshold>().map(Threshold::fraction);
+        assert_eq!(fraction(" 20 "), Ok(0.2));
+        assert_eq!(fraction("20%"), Ok(0.2));
+        assert_eq!(fraction("20 %"), Ok(0.2));
+        assert_eq!(fraction("1"), Ok(0.01));
+        assert_eq!(fraction("0"), Ok(0.0));
+        assert_eq!(fraction("0.2%"), Ok(0.002));
+        assert_eq!(fraction("0.5%"), Ok(0.005));
+        for t in [Threshold::DEFAULT, Threshold::from_fraction(0.005).unwrap()] {
+            assert_eq!(t.to_string().parse::<Threshold>(), Ok(t), "{t}");
+        }
+    }
+
+    #[test]
+    fn a_bare_fraction_is_refused_with_both_readings() {
+        for (bad, write) in [("0.2", "'20%'"), ("0.125", "'12.5%'"), (".07", "'7%'")] {
+            let err = bad.parse::<Threshold>().unwrap_err();
+            assert!(matches!(err, ThresholdError::BareFraction { .. }), "{bad}");
+            let text = err.to_string();
+            assert!(text.contains(write), "{bad}: {text}");
+            assert!(text.contains(&format!("'{bad}%'")), "{bad}: {text}");
         }
     }
 

@@ -71,6 +71,18 @@ fn every_codec_and_backend_round_trips() {
                     .decode(&encoded.frame)
                     .unwrap_or_else(|e| panic!("{ctx}: {e}"));
                 assert!(decoded == *data, "{ctx}: decoded bytes differ");
+                // The header the engine hands back is the one it wrote, and decodes the frame
+                // without being parsed again.
+                assert_eq!(
+                    FrameHeader::parse(&encoded.frame),
+                    Ok(encoded.header),
+                    "{ctx}: header"
+                );
+                let shared = backend
+                    .engine
+                    .decode_parsed_shared(&encoded.header, encoded.frame.clone().into())
+                    .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+                assert!(shared == *data, "{ctx}: decode_parsed_shared differs");
                 if spec.codec == CodecId::Gzip {
                     // Interchangeable formats: every deflate engine reads what any engine wrote.
                     for engine in DeflateEngine::ALL {

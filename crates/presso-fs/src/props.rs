@@ -2,9 +2,10 @@
 //! defaults, validation and normalisation. Directories inherit them like ZFS datasets; a change
 //! affects new writes only.
 
+use presso_codec::frame::MAX_RECORD_SIZE;
 use presso_codec::{CodecSpec, Offload, Threshold};
 
-use crate::units::{format_size, parse_size};
+use crate::units::{format_size, parse_recordsize, MIN_RECORDSIZE};
 
 /// `compression`: the codec spec records are written with.
 pub const COMPRESSION: &str = "compression";
@@ -22,8 +23,18 @@ pub struct PropInfo {
     pub name: &'static str,
     /// The value when nothing sets it.
     pub default: &'static str,
-    /// What it means and what values it takes.
-    pub help: &'static str,
+    /// What it means.
+    pub meaning: &'static str,
+    /// The values it takes, built from the tables and rules that check them.
+    pub values: fn() -> String,
+}
+
+impl PropInfo {
+    /// What it means and what values it takes, for help texts:
+    /// `codec of new records: off, zle, lz4, gzip, gzip-1..gzip-9, ...`.
+    pub fn help(&self) -> String {
+        format!("{}: {}", self.meaning, (self.values)())
+    }
 }
 
 /// Every property, in display order.
@@ -31,24 +42,42 @@ pub const PROPS: &[PropInfo] = &[
     PropInfo {
         name: COMPRESSION,
         default: "gzip-6",
-        help: "codec of new records: off, zle, lz4, gzip-1..9, zstd-1..19",
+        meaning: "codec of new records",
+        values: presso_codec::valid_specs,
     },
     PropInfo {
         name: RECORDSIZE,
         default: "128K",
-        help: "record size of new files: a power of two from 4K to 16M",
+        meaning: "record size of new files",
+        values: || {
+            format!(
+                "a power of two from {} to {}",
+                format_size(MIN_RECORDSIZE),
+                format_size(MAX_RECORD_SIZE as u64)
+            )
+        },
     },
     PropInfo {
         name: THRESHOLD,
         default: "12.5%",
-        help: "minimum saving to keep a record compressed: 0% to 50%",
+        meaning: "minimum saving to keep a record compressed",
+        values: || format!("a percentage from 0% to {}%", Threshold::MAX * 100.0),
     },
     PropInfo {
         name: OFFLOAD,
         default: "auto",
-        help: "use the accelerator for records in its size window: auto, on, off",
+        meaning: "use the accelerator for records in its size window",
+        values: || "auto, on, off".to_string(),
     },
 ];
+
+/// The properties as an indented table (name, help, default), for `--help` texts.
+pub fn help_table() -> String {
+    PROPS
+        .iter()
+        .map(|p| format!("  {:<12} {} (default {})\n", p.name, p.help(), p.default))
+        .collect()
+}
 
 /// The entry of `name`, or an error listing the valid names.
 pub fn info(name: &str) -> Result<&'static PropInfo, String> {
@@ -62,7 +91,8 @@ pub fn info(name: &str) -> Result<&'static PropInfo, String> {
 }
 
 /// Checks `value` for property `name` and returns it in canonical spelling (`gzip` → `gzip-6`,
-/// `131072` → `128K`, `0.2` or `20` → `20%`).
+/// `131072` → `128K`, `20` → `20%`). Each value is checked by the one parser of its kind:
+/// [`CodecSpec`], [`parse_recordsize`], [`Threshold`] and [`Offload`]'s `FromStr`.
 pub fn normalize(name: &str, value: &str) -> Result<String, String> {
     info(name)?;
     let bad = |why: String| format!("invalid value '{value}' for {name}: {why}");
@@ -72,48 +102,16 @@ pub fn normalize(name: &str, value: &str) -> Result<String, String> {
             .map(|s| s.to_string())
             .map_err(|e| bad(e.to_string())),
         RECORDSIZE => parse_recordsize(value).map(|s| format_size(s as u64)),
-        THRESHOLD => parse_threshold(value)
-            .map(|t| format!("{}%", t.fraction() * 100.0))
-            .map_err(bad),
+        THRESHOLD => value
+            .parse::<Threshold>()
+            .map(|t| t.to_string())
+            .map_err(|e| bad(e.to_string())),
         OFFLOAD => value
             .parse::<Offload>()
             .map(|o| offload_name(o).to_string())
             .map_err(bad),
         _ => unreachable!("info() accepted only known names"),
     }
-}
-
-/// Parses a record size: a power of two from 4K to 16M.
-pub fn parse_recordsize(value: &str) -> Result<usize, String> {
-    let size = parse_size(value)?;
-    let max = presso_codec::frame::MAX_RECORD_SIZE as u64;
-    if !size.is_power_of_two() || !(4096..=max).contains(&size) {
-        return Err(format!(
-            "invalid recordsize '{}': give a power of two from 4K to {} (e.g. 128K)",
-            value.trim(),
-            format_size(max)
-        ));
-    }
-    Ok(size as usize)
-}
-
-/// Parses a threshold: `12.5%`, or a bare number taken as a percentage if above 1 (`20`) and as
-/// a fraction otherwise (`0.2`).
-pub fn parse_threshold(value: &str) -> Result<Threshold, String> {
-    let text = value.trim();
-    let (number, percent) = match text.strip_suffix('%') {
-        Some(n) => (n.trim(), true),
-        None => (text, false),
-    };
-    let number: f64 = number
-        .parse()
-        .map_err(|_| "expected a percentage such as 12.5%".to_string())?;
-    let fraction = if percent || number > 1.0 {
-        number / 100.0
-    } else {
-        number
-    };
-    Threshold::from_fraction(fraction).map_err(|e| e.to_string())
 }
 
 /// The canonical spelling of an offload mode.
@@ -145,10 +143,22 @@ mod tests {
         assert_eq!(normalize(RECORDSIZE, "131072").unwrap(), "128K");
         assert_eq!(normalize(RECORDSIZE, "1m").unwrap(), "1M");
         assert_eq!(normalize(THRESHOLD, "20").unwrap(), "20%");
-        assert_eq!(normalize(THRESHOLD, "0.125").unwrap(), "12.5%");
+        assert_eq!(normalize(THRESHOLD, "0.125%").unwrap(), "0.125%");
         assert_eq!(normalize(OFFLOAD, "Off").unwrap(), "off");
         for p in PROPS {
             assert_eq!(normalize(p.name, p.default).unwrap(), p.default);
+        }
+    }
+
+    #[test]
+    fn help_lists_the_codec_table_and_the_rules() {
+        let help = info(COMPRESSION).unwrap().help();
+        assert!(help.contains(&presso_codec::valid_specs()), "{help}");
+        assert!(info(RECORDSIZE).unwrap().help().contains("4K to 16M"));
+        assert!(info(THRESHOLD).unwrap().help().contains("0% to 50%"));
+        let table = help_table();
+        for p in PROPS {
+            assert!(table.contains(&p.help()), "{table}");
         }
     }
 
@@ -162,6 +172,10 @@ mod tests {
         assert!(normalize(RECORDSIZE, "2K").is_err());
         assert!(normalize(RECORDSIZE, "32M").is_err());
         assert!(normalize(THRESHOLD, "60%").is_err());
+        // A bare fraction was 12.5% here and 0.125% elsewhere: now it is refused, saying how
+        // to write either.
+        let e = normalize(THRESHOLD, "0.125").unwrap_err();
+        assert!(e.contains("'12.5%'") && e.contains("'0.125%'"), "{e}");
         assert!(normalize(OFFLOAD, "maybe").unwrap_err().contains("auto"));
         let e = normalize("colour", "red").unwrap_err();
         assert!(e.contains("compression") && e.contains("recordsize"), "{e}");

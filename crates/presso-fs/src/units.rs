@@ -36,7 +36,9 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("invalid size '{trimmed}': number too large"))
 }
 
-/// Parses a record size: a [`parse_size`] size from 1 byte to the frame format's limit (16M).
+/// Parses a record size for `presso bench`: a [`parse_size`] size from 1 byte to the frame
+/// format's limit (16M). Looser than [`parse_recordsize`], the rule of pools and directories;
+/// kept only until the bench calls that one.
 pub fn parse_record_size(text: &str) -> Result<usize, String> {
     let size = parse_size(text)?;
     if size == 0 {
@@ -48,6 +50,25 @@ pub fn parse_record_size(text: &str) -> Result<usize, String> {
             text.trim(),
             format_size(MAX_RECORD_SIZE as u64),
             MAX_RECORD_SIZE
+        ));
+    }
+    Ok(size as usize)
+}
+
+/// The smallest `recordsize` a pool or directory may have.
+pub const MIN_RECORDSIZE: u64 = 4 << 10;
+
+/// Parses the `recordsize` property: a [`parse_size`] size that is a power of two from 4K to the
+/// frame format's limit (16M). The one record-size rule of pools and directories.
+pub fn parse_recordsize(text: &str) -> Result<usize, String> {
+    let size = parse_size(text)?;
+    let max = MAX_RECORD_SIZE as u64;
+    if !size.is_power_of_two() || !(MIN_RECORDSIZE..=max).contains(&size) {
+        return Err(format!(
+            "invalid recordsize '{}': give a power of two from {} to {} (e.g. 128K)",
+            text.trim(),
+            format_size(MIN_RECORDSIZE),
+            format_size(max)
         ));
     }
     Ok(size as usize)
@@ -115,6 +136,21 @@ mod tests {
         let err = parse_record_size("17M").unwrap_err();
         assert!(err.contains("maximum") && err.contains("16M"), "{err}");
         assert!(parse_record_size(&(MAX_RECORD_SIZE + 1).to_string()).is_err());
+    }
+
+    #[test]
+    fn recordsize_is_a_power_of_two_from_4k_to_16m() {
+        assert_eq!(parse_recordsize("4K"), Ok(4096));
+        assert_eq!(parse_recordsize("131072"), Ok(128 << 10));
+        assert_eq!(parse_recordsize(" 16M "), Ok(MAX_RECORD_SIZE));
+        for bad in ["2K", "100K", "32M", "0", "12X"] {
+            assert!(parse_recordsize(bad).is_err(), "{bad}");
+        }
+        let err = parse_recordsize("100K").unwrap_err();
+        assert!(
+            err.contains("power of two") && err.contains("4K") && err.contains("16M"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -558,7 +558,8 @@ impl Vfs {
                 v
             }
         };
-        let recordsize = props::parse_recordsize(&recordsize).map_err(FsError::Invalid)? as u64;
+        let recordsize =
+            crate::units::parse_recordsize(&recordsize).map_err(FsError::Invalid)? as u64;
         let node = Arc::new(FileNode {
             ino,
             state: Mutex::new(FileState {
@@ -851,8 +852,11 @@ impl Vfs {
             .prop(ino, props::COMPRESSION)?
             .parse()
             .map_err(|e: presso_codec::SpecError| FsError::Invalid(e.to_string()))?;
-        let threshold = props::parse_threshold(&self.pool.prop(ino, props::THRESHOLD)?)
-            .map_err(FsError::Invalid)?;
+        let threshold = self
+            .pool
+            .prop(ino, props::THRESHOLD)?
+            .parse()
+            .map_err(|e: presso_codec::ThresholdError| FsError::Invalid(e.to_string()))?;
         let offload = self
             .pool
             .prop(ino, props::OFFLOAD)?

@@ -10,22 +10,28 @@ use presso_fs::props;
 /// Create a pool: a directory on any local file system holding compressed segments and the
 /// metadata database.
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:
-  presso create /srv/pool
-  presso create /srv/pool -o compression=zstd-3 -o recordsize=1M
-  presso create /srv/pool -o compression=gzip-6 -o offload=off -o threshold=20%
-
-Properties (set here for the whole pool; `presso set` changes them per directory later):
-  compression  off, zle, lz4, gzip-1..9, zstd-1..19          (default gzip-6)
-  recordsize   power of two from 4K to 16M                   (default 128K)
-  threshold    minimum saving to keep a record compressed    (default 12.5%)
-  offload      auto, on, off: use the accelerator (ISA-L)    (default auto)")]
+#[command(after_help = after_help())]
 pub struct CreateArgs {
     /// Directory of the new pool (created if missing; must not hold a pool).
     pub pool: PathBuf,
     /// A property, as NAME=VALUE; repeatable.
     #[arg(short = 'o', value_name = "NAME=VALUE")]
     pub options: Vec<String>,
+}
+
+/// Examples, then every property with its valid values, built from the property table (which
+/// takes the codec list from the codec table).
+fn after_help() -> String {
+    format!(
+        "Examples:
+  presso create /srv/pool
+  presso create /srv/pool -o compression=zstd-3 -o recordsize=1M
+  presso create /srv/pool -o compression=gzip-6 -o offload=off -o threshold=20%
+
+Properties (set here for the whole pool; `presso set` changes them per directory later):
+{}",
+        props::help_table()
+    )
 }
 
 /// Runs `presso create`.

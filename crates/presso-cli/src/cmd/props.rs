@@ -29,18 +29,29 @@ pub struct GetArgs {
 
 /// Change a property of a directory (inherited by everything created below it) or of the pool.
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:
-  presso set compression=zstd-3 /mnt/data/logs
-  presso set recordsize=1M /mnt/data/genomes
-  presso set offload=off /srv/pool           # pool-wide default
-
-Changes affect new writes only; existing data stays readable whatever it was written with.
-A file keeps the recordsize it was created with.")]
+#[command(after_help = set_after_help())]
 pub struct SetArgs {
     /// NAME=VALUE.
     pub assignment: String,
     /// A directory in a mounted pool, a mount point, or a pool directory.
     pub path: PathBuf,
+}
+
+/// Examples, then every property with its valid values, built from the property table.
+fn set_after_help() -> String {
+    format!(
+        "Examples:
+  presso set compression=zstd-3 /mnt/data/logs
+  presso set recordsize=1M /mnt/data/genomes
+  presso set offload=off /srv/pool           # pool-wide default
+
+Changes affect new writes only; existing data stays readable whatever it was written with.
+A file keeps the recordsize it was created with.
+
+Properties:
+{}",
+        props::help_table()
+    )
 }
 
 /// Runs `presso get`.

@@ -1,5 +1,10 @@
-//! The ISA-L igzip engine as an accelerator backend: SIMD deflate on worker threads of its own,
-//! fed through a bounded queue, reading each record's segments in place.
+//! The `isal` accelerator: an execution backend for the gzip (raw deflate) format that runs the
+//! ISA-L igzip code of [`crate::format::isal`] on worker threads of its own, fed through a bounded
+//! queue, reading each record's segments in place.
+//!
+//! The same igzip code also serves as [`DeflateEngine::Isal`](crate::DeflateEngine::Isal), run
+//! inline as a software engine; this module adds only the execution (threads, queue, self-test and
+//! re-initialisation), not a second deflate.
 
 use std::thread::JoinHandle;
 
@@ -14,7 +19,7 @@ use crate::stats::thread_cpu_time;
 /// Settings of the ISA-L backend.
 #[derive(Clone, Debug)]
 pub struct IsalConfig {
-    /// Worker threads running ISA-L (default: the number of cores).
+    /// Worker threads running ISA-L (default: [`default_workers`](crate::default_workers)).
     pub workers: usize,
     /// Jobs waiting at once beyond those running (default: 4 per worker).
     pub queue_depth: usize,
@@ -24,7 +29,7 @@ pub struct IsalConfig {
 
 impl Default for IsalConfig {
     fn default() -> Self {
-        let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let workers = crate::default_workers();
         IsalConfig {
             workers,
             queue_depth: workers * 4,

@@ -1,6 +1,10 @@
 //! Raw deflate (RFC 1951) through three interchangeable engines. Each writes a standard stream, so
 //! any engine decodes what any other wrote: the property that lets the accelerator and the CPU share
 //! a pool.
+//!
+//! A [`DeflateEngine`] is an implementation run inline on the calling thread; an accelerator
+//! ([`crate::accel`]) is an execution backend that runs one (ISA-L's, today) on threads or a
+//! device of its own. The frame records only the format (gzip), never which of them ran.
 
 use std::cell::RefCell;
 
@@ -17,7 +21,10 @@ pub enum DeflateEngine {
     Libdeflate,
     /// zlib: the reference (what ZFS's software gzip runs).
     Zlib,
-    /// ISA-L igzip: SIMD deflate, the accelerator engine.
+    /// ISA-L igzip run inline on the calling thread: the same code the `isal` accelerator
+    /// ([`crate::accel::isal`]) runs on its own threads, here as a plain software engine (tests,
+    /// benches, decoding). Production compression reaches ISA-L through the accelerator, not
+    /// through this variant.
     Isal,
 }
 

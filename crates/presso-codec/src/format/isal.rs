@@ -1,5 +1,11 @@
 //! ISA-L igzip through its C API (isal-sys), with reused per-thread stream state and level buffers.
 //!
+//! This is the one ISA-L deflate implementation, used two ways: by the `isal` accelerator
+//! ([`crate::accel::isal`], an execution backend for the gzip format with threads and a queue of
+//! its own, what production uses), and inline on the caller's thread as
+//! [`DeflateEngine::Isal`](super::DeflateEngine::Isal) (a software deflate engine, for tests,
+//! benches and decoding).
+//!
 //! The compressor streams over a scatter/gather list: each segment is fed to `isal_deflate` in
 //! place, so a record split over several buffers is never gathered into one.
 //!

@@ -1,4 +1,5 @@
-//! Software implementations of every codec format, and the dispatch from a [`CodecId`] to them.
+//! Software implementations of every codec format, and the entry points each row of the codec
+//! table ([`CODECS`](crate::codec::CODECS)) points at.
 //!
 //! Compression gets an output slice whose length is the budget: a codec that cannot fit returns
 //! `Ok(None)` and the engine stores the record raw (codecs never decide "not worth it" themselves).
@@ -32,69 +33,149 @@ pub enum CodecError {
     Engine(String),
 }
 
-/// Compresses `input` into `out` with a software engine. `Ok(None)`: the result does not fit in
-/// `out.len()` bytes. `deflate` picks the engine for gzip.
+/// A codec's compressor, as its [`CODECS`](crate::codec::CODECS) row names it: compresses `input`
+/// at `level` into `out`; `Ok(None)` when the result does not fit in `out.len()` bytes. `deflate`
+/// picks the deflate engine and is ignored by other formats.
+pub type CompressFn = fn(
+    level: u8,
+    deflate: DeflateEngine,
+    input: &[u8],
+    out: &mut [u8],
+) -> Result<Option<usize>, CodecError>;
+
+/// A codec's decompressor, as its [`CODECS`](crate::codec::CODECS) row names it: decodes `input`
+/// into exactly `out.len()` bytes.
+pub type DecompressFn =
+    fn(deflate: DeflateEngine, input: &[u8], out: &mut [u8]) -> Result<(), CodecError>;
+
+/// Compresses `input` into `out` with a software engine, through the codec's table row.
+/// `Ok(None)`: the result does not fit in `out.len()` bytes. `deflate` picks the engine for gzip.
 pub fn compress(
     spec: CodecSpec,
     deflate: DeflateEngine,
     input: &[u8],
     out: &mut [u8],
 ) -> Result<Option<usize>, CodecError> {
-    match spec.codec {
-        CodecId::Off => {
-            if input.len() > out.len() {
-                return Ok(None);
-            }
-            out[..input.len()].copy_from_slice(input);
-            Ok(Some(input.len()))
-        }
-        CodecId::Zle => Ok(zle::compress(input, out)),
-        CodecId::Gzip => deflate::compress(deflate, spec.level, input, out),
-        CodecId::Lz4 => {
-            #[cfg(feature = "lz4")]
-            return lz4::compress(input, out);
-            #[cfg(not(feature = "lz4"))]
-            return Err(CodecError::NotBuiltIn("lz4"));
-        }
-        CodecId::Zstd => {
-            #[cfg(feature = "zstd")]
-            return zstd::compress(spec.level, input, out);
-            #[cfg(not(feature = "zstd"))]
-            return Err(CodecError::NotBuiltIn("zstd"));
-        }
-    }
+    (spec.codec.info().compress)(spec.level, deflate, input, out)
 }
 
-/// Decompresses `input` into exactly `out.len()` bytes.
+/// Decompresses `input` into exactly `out.len()` bytes, through the codec's table row.
 pub fn decompress(
     codec: CodecId,
     deflate: DeflateEngine,
     input: &[u8],
     out: &mut [u8],
 ) -> Result<(), CodecError> {
-    match codec {
-        CodecId::Off => {
-            if input.len() != out.len() {
-                return Err(short(out.len(), input.len()));
-            }
-            out.copy_from_slice(input);
-            Ok(())
-        }
-        CodecId::Zle => zle::decompress(input, out),
-        CodecId::Gzip => deflate::decompress(deflate, input, out),
-        CodecId::Lz4 => {
-            #[cfg(feature = "lz4")]
-            return lz4::decompress(input, out);
-            #[cfg(not(feature = "lz4"))]
-            return Err(CodecError::NotBuiltIn("lz4"));
-        }
-        CodecId::Zstd => {
-            #[cfg(feature = "zstd")]
-            return zstd::decompress(input, out);
-            #[cfg(not(feature = "zstd"))]
-            return Err(CodecError::NotBuiltIn("zstd"));
-        }
+    (codec.info().decompress)(deflate, input, out)
+}
+
+// The entry points the codec table points at: one pair per codec, each adapting its format
+// module to the uniform signatures above. A codec compiled out keeps its pair, which refuses with
+// `NotBuiltIn`.
+
+pub(crate) fn off_compress(
+    _level: u8,
+    _deflate: DeflateEngine,
+    input: &[u8],
+    out: &mut [u8],
+) -> Result<Option<usize>, CodecError> {
+    if input.len() > out.len() {
+        return Ok(None);
     }
+    out[..input.len()].copy_from_slice(input);
+    Ok(Some(input.len()))
+}
+
+pub(crate) fn off_decompress(
+    _deflate: DeflateEngine,
+    input: &[u8],
+    out: &mut [u8],
+) -> Result<(), CodecError> {
+    if input.len() != out.len() {
+        return Err(short(out.len(), input.len()));
+    }
+    out.copy_from_slice(input);
+    Ok(())
+}
+
+pub(crate) fn zle_compress(
+    _level: u8,
+    _deflate: DeflateEngine,
+    input: &[u8],
+    out: &mut [u8],
+) -> Result<Option<usize>, CodecError> {
+    Ok(zle::compress(input, out))
+}
+
+pub(crate) fn zle_decompress(
+    _deflate: DeflateEngine,
+    input: &[u8],
+    out: &mut [u8],
+) -> Result<(), CodecError> {
+    zle::decompress(input, out)
+}
+
+pub(crate) fn gzip_compress(
+    level: u8,
+    deflate: DeflateEngine,
+    input: &[u8],
+    out: &mut [u8],
+) -> Result<Option<usize>, CodecError> {
+    deflate::compress(deflate, level, input, out)
+}
+
+pub(crate) fn gzip_decompress(
+    deflate: DeflateEngine,
+    input: &[u8],
+    out: &mut [u8],
+) -> Result<(), CodecError> {
+    deflate::decompress(deflate, input, out)
+}
+
+pub(crate) fn lz4_compress(
+    _level: u8,
+    _deflate: DeflateEngine,
+    _input: &[u8],
+    _out: &mut [u8],
+) -> Result<Option<usize>, CodecError> {
+    #[cfg(feature = "lz4")]
+    return lz4::compress(_input, _out);
+    #[cfg(not(feature = "lz4"))]
+    return Err(CodecError::NotBuiltIn("lz4"));
+}
+
+pub(crate) fn lz4_decompress(
+    _deflate: DeflateEngine,
+    _input: &[u8],
+    _out: &mut [u8],
+) -> Result<(), CodecError> {
+    #[cfg(feature = "lz4")]
+    return lz4::decompress(_input, _out);
+    #[cfg(not(feature = "lz4"))]
+    return Err(CodecError::NotBuiltIn("lz4"));
+}
+
+pub(crate) fn zstd_compress(
+    _level: u8,
+    _deflate: DeflateEngine,
+    _input: &[u8],
+    _out: &mut [u8],
+) -> Result<Option<usize>, CodecError> {
+    #[cfg(feature = "zstd")]
+    return zstd::compress(_level, _input, _out);
+    #[cfg(not(feature = "zstd"))]
+    return Err(CodecError::NotBuiltIn("zstd"));
+}
+
+pub(crate) fn zstd_decompress(
+    _deflate: DeflateEngine,
+    _input: &[u8],
+    _out: &mut [u8],
+) -> Result<(), CodecError> {
+    #[cfg(feature = "zstd")]
+    return zstd::decompress(_input, _out);
+    #[cfg(not(feature = "zstd"))]
+    return Err(CodecError::NotBuiltIn("zstd"));
 }
 
 /// The error for a payload that decodes to a length other than the declared one.

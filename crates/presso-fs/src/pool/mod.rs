@@ -58,7 +58,7 @@ impl Default for PoolOptions {
     fn default() -> Self {
         PoolOptions {
             txg_interval: Duration::from_secs(1),
-            workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            workers: presso_codec::default_workers(),
             segment_size: presso_store::DEFAULT_SEGMENT_SIZE,
         }
     }
