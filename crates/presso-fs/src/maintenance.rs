@@ -87,6 +87,9 @@ pub fn gc(pool: &Pool, min_live: f64, progress: &mut dyn FnMut(Progress)) -> Res
             progress(Progress { done, total });
         }
     }
+    // Every frame appended into a candidate before the roll is named by a queued op by now,
+    // and that op commits here: a segment is removed only if nothing refers to it.
+    let _settled = pool.frames_settled();
     pool.commit(true)?;
     for seg in &candidates {
         let left = pool.meta().records_in_segment(seg.segment)?;

@@ -751,13 +751,13 @@ impl Vfs {
                 let mut current = match st.overlay.get(&index) {
                     Some(Slot::Compressing { data, .. }) => data.to_vec(),
                     Some(Slot::Stored { rec: Some(rec), .. }) => {
-                        self.pool.read_record(node.ino, index, rec)?.into()
+                        self.load(node.ino, index, rec)?.to_vec()
                     }
                     Some(Slot::Stored { rec: None, .. }) => Vec::new(),
                     Some(Slot::Dirty { .. }) => unreachable!("checked above"),
                     None if st.is_cleared(index) => Vec::new(),
                     None => match self.pool.meta().get_record(node.ino, index)? {
-                        Some(rec) => self.pool.read_record(node.ino, index, &rec)?.into(),
+                        Some(rec) => self.load(node.ino, index, &rec)?.to_vec(),
                         None => Vec::new(),
                     },
                 };
@@ -1420,7 +1420,7 @@ fn completed(
     data: Bytes,
     encoded: &Encoded,
 ) {
-    let result = pool.store_encoded(encoded);
+    let (result, _pending) = pool.store_encoded(encoded);
     let mut st = node.state.lock();
     st.inflight -= 1;
     let current = matches!(st.overlay.get(&index),

@@ -180,7 +180,7 @@ impl MemoryEngine {
     fn check_alive(&self) -> Result<()> {
         match &self.sim {
             Some(sim) if sim.generation.load(Ordering::SeqCst) != self.generation => Err(
-                MetaError::Engine("the simulated power was cut: reopen the engine".into()),
+                MetaError::engine("the simulated power was cut: reopen the engine"),
             ),
             _ => Ok(()),
         }

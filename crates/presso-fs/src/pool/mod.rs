@@ -24,7 +24,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use presso_codec::frame::FrameHeader;
 use presso_codec::{Encoded, Engine, EngineConfig, Offload};
 use presso_meta::{MetaStore, RecordRef, TxgOp, POOL_INO};
@@ -64,6 +64,11 @@ impl Default for PoolOptions {
     }
 }
 
+/// A frame appended but not yet named by a queued op: see [`Pool::store_encoded`].
+pub struct PendingFrame<'a> {
+    _gate: RwLockReadGuard<'a, ()>,
+}
+
 /// Counters of the pool's own events (the engine keeps its own).
 #[derive(Debug, Default)]
 pub struct PoolCounters {
@@ -91,6 +96,8 @@ pub struct Pool {
     options: PoolOptions,
     txgs: Txgs,
     committer: Mutex<Option<JoinHandle<()>>>,
+    /// Read-held from a frame's append until its op is queued; see [`Pool::frames_settled`].
+    pending_frames: RwLock<()>,
     counters: PoolCounters,
     opened: Instant,
     maintenance: Mutex<()>,
@@ -215,6 +222,7 @@ impl Pool {
             options,
             txgs: Txgs::default(),
             committer: Mutex::new(None),
+            pending_frames: RwLock::new(()),
             counters: PoolCounters::default(),
             opened: Instant::now(),
             maintenance: Mutex::new(()),
@@ -298,10 +306,23 @@ impl Pool {
 
     /// Stores a finished record: `None` for a hole, an inline reference for a tiny frame,
     /// otherwise a reference to the frame appended to the open segment (durable only after the
-    /// next commit).
-    pub fn store_encoded(&self, encoded: &Encoded) -> Result<Option<RecordRef>> {
-        let header = FrameHeader::parse(&encoded.frame)
-            .map_err(|e| FsError::Invalid(format!("the engine produced a bad frame: {e}")))?;
+    /// next commit). Keep the returned [`PendingFrame`] until the op naming the frame is queued
+    /// (or the frame discarded): until then garbage collection does not remove segments.
+    pub fn store_encoded(&self, encoded: &Encoded) -> (Result<Option<RecordRef>>, PendingFrame<'_>) {
+        let pending = PendingFrame {
+            _gate: self.pending_frames.read(),
+        };
+        (self.store_frame(encoded), pending)
+    }
+
+    /// Held by garbage collection while it decides which segments are empty and removes them:
+    /// no frame is then between its append and the op that will name it.
+    pub fn frames_settled(&self) -> RwLockWriteGuard<'_, ()> {
+        self.pending_frames.write()
+    }
+
+    fn store_frame(&self, encoded: &Encoded) -> Result<Option<RecordRef>> {
+        let header = &encoded.header;
         if header.hole {
             self.counters.holes.fetch_add(1, Ordering::Relaxed);
             return Ok(None);
