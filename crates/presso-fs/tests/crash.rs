@@ -161,7 +161,9 @@ fn check_after_cut(fs: &mut Fs, m: &Model) -> Result<(), String> {
         ));
     }
     for (&name, &ino) in &inos {
-        let id = fs.id_of(ino).ok_or(format!("f{name}: unknown inode {ino}"))?;
+        let id = fs
+            .id_of(ino)
+            .ok_or(format!("f{name}: unknown inode {ino}"))?;
         let data = fs.read(id, 0, u64::MAX >> 1)?;
         if m.stable.get(&id) == Some(&true) && data != m.files[&id] {
             return Err(format!(
@@ -213,7 +215,7 @@ fn power_cuts_anywhere_lose_nothing_that_was_fsynced() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
     for i in 0..cuts {
-        let seed = 0xC0FFEE_0000 + i;
+        let seed = 0x00C0_FFEE_0000 + i;
         if let Err(e) = cut(seed) {
             panic!("cut {i} of {cuts} failed (replay: PRESSO_CRASH_SEED={seed}): {e}");
         }

@@ -134,7 +134,7 @@ fn version_1_pool_reads_back_in_this_build() {
         assert_eq!(vfs.get_prop(dino, "compression").unwrap().0, compression);
         let ino = vfs.lookup(dino, name.as_bytes()).unwrap().ino;
         assert_eq!(read_all(&vfs, ino), data, "{d}/{name}");
-        for (_, rec) in pool.meta().records(ino, ..).unwrap() {
+        for (_, rec) in pool.records(ino, ..).unwrap() {
             codecs.insert(rec.codec);
         }
     }
@@ -152,17 +152,11 @@ fn version_1_pool_reads_back_in_this_build() {
     );
     let sparse = vfs.lookup(gz, b"sparse.bin").unwrap().ino;
     assert!(
-        pool.meta().records(sparse, ..).unwrap().len() < 12,
+        pool.records(sparse, ..).unwrap().len() < 12,
         "the zero megabyte is stored as holes"
     );
     let tiny = vfs.lookup(gz, b"tiny.txt").unwrap().ino;
-    assert!(pool
-        .meta()
-        .get_record(tiny, 0)
-        .unwrap()
-        .unwrap()
-        .inline
-        .is_some());
+    assert!(pool.record(tiny, 0).unwrap().unwrap().inline.is_some());
     let report = maintenance::scrub(&pool, &mut |_| {}).unwrap();
     assert!(report.clean(), "{report:?}");
     assert_eq!(report.orphan_frames, 0);

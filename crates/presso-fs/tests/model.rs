@@ -23,27 +23,82 @@ const NAMES: u8 = 6;
 
 #[derive(Clone, Debug)]
 enum Op {
-    Create { name: u8 },
-    Write { name: u8, offset: u64, len: u64, fill: u8 },
-    Read { name: u8, offset: u64, len: u64 },
-    Truncate { name: u8, size: u64 },
+    Create {
+        name: u8,
+    },
+    Write {
+        name: u8,
+        offset: u64,
+        len: u64,
+        fill: u8,
+    },
+    Read {
+        name: u8,
+        offset: u64,
+        len: u64,
+    },
+    Truncate {
+        name: u8,
+        size: u64,
+    },
     /// `open(O_TRUNC)`: the handle is closed, the file truncated to zero and opened again.
-    OpenTrunc { name: u8 },
-    PunchHole { name: u8, offset: u64, len: u64 },
-    ZeroRange { name: u8, offset: u64, len: u64, keep_size: bool },
-    Allocate { name: u8, offset: u64, len: u64, keep_size: bool },
-    CopyRange { from: u8, to: u8, src: u64, dst: u64, len: u64 },
-    Fsync { name: u8 },
+    OpenTrunc {
+        name: u8,
+    },
+    PunchHole {
+        name: u8,
+        offset: u64,
+        len: u64,
+    },
+    ZeroRange {
+        name: u8,
+        offset: u64,
+        len: u64,
+        keep_size: bool,
+    },
+    Allocate {
+        name: u8,
+        offset: u64,
+        len: u64,
+        keep_size: bool,
+    },
+    CopyRange {
+        from: u8,
+        to: u8,
+        src: u64,
+        dst: u64,
+        len: u64,
+    },
+    Fsync {
+        name: u8,
+    },
     /// close() and open() again.
-    Reopen { name: u8 },
-    Rename { from: u8, to: u8 },
-    Link { from: u8, to: u8 },
+    Reopen {
+        name: u8,
+    },
+    Rename {
+        from: u8,
+        to: u8,
+    },
+    Link {
+        from: u8,
+        to: u8,
+    },
     /// Removes a name; a file that loses its last name stays open as an orphan.
-    Unlink { name: u8 },
+    Unlink {
+        name: u8,
+    },
     /// Writes to and reads back the orphan `slot` (files unlinked while open).
-    OrphanWrite { slot: u8, offset: u64, len: u64, fill: u8 },
+    OrphanWrite {
+        slot: u8,
+        offset: u64,
+        len: u64,
+        fill: u8,
+    },
     /// The last close of an orphan: it is gone.
-    CloseOrphan { slot: u8 },
+    CloseOrphan {
+        slot: u8,
+    },
     SyncAll,
     Gc,
     Remount,
@@ -250,7 +305,12 @@ fn apply(fs: &mut Fs, m: &mut Model, op: &Op) -> Result<(), String> {
             let Some(&id) = m.names.get(&name) else {
                 return Ok(());
             };
-            fs.fallocate(id, offset, len, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE)?;
+            fs.fallocate(
+                id,
+                offset,
+                len,
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            )?;
             zero(m.files.get_mut(&id).unwrap(), offset, len);
         }
         Op::ZeroRange {
@@ -262,7 +322,11 @@ fn apply(fs: &mut Fs, m: &mut Model, op: &Op) -> Result<(), String> {
             let Some(&id) = m.names.get(&name) else {
                 return Ok(());
             };
-            let keep = if keep_size { libc::FALLOC_FL_KEEP_SIZE } else { 0 };
+            let keep = if keep_size {
+                libc::FALLOC_FL_KEEP_SIZE
+            } else {
+                0
+            };
             fs.fallocate(id, offset, len, libc::FALLOC_FL_ZERO_RANGE | keep)?;
             let buf = m.files.get_mut(&id).unwrap();
             zero(buf, offset, len);
@@ -279,7 +343,11 @@ fn apply(fs: &mut Fs, m: &mut Model, op: &Op) -> Result<(), String> {
             let Some(&id) = m.names.get(&name) else {
                 return Ok(());
             };
-            let keep = if keep_size { libc::FALLOC_FL_KEEP_SIZE } else { 0 };
+            let keep = if keep_size {
+                libc::FALLOC_FL_KEEP_SIZE
+            } else {
+                0
+            };
             fs.fallocate(id, offset, len, keep)?;
             let buf = m.files.get_mut(&id).unwrap();
             if !keep_size && buf.len() < (offset + len) as usize {
@@ -307,7 +375,10 @@ fn apply(fs: &mut Fs, m: &mut Model, op: &Op) -> Result<(), String> {
             }
             let n = fs.copy_range(a, b, src, dst, end - src)?;
             if n != end - src {
-                return Err(format!("copy_range copied {n} bytes, expected {}", end - src));
+                return Err(format!(
+                    "copy_range copied {n} bytes, expected {}",
+                    end - src
+                ));
             }
             let bytes = source[src as usize..end as usize].to_vec();
             write_at(m.files.get_mut(&b).unwrap(), dst, &bytes);
@@ -400,7 +471,10 @@ fn check_read(fs: &mut Fs, m: &Model, id: u64, offset: u64, len: u64) -> Result<
     let want = &m.files[&id];
     let size = fs.size(id)?;
     if size != want.len() as u64 {
-        return Err(format!("size of file {id} is {size}, expected {}", want.len()));
+        return Err(format!(
+            "size of file {id} is {size}, expected {}",
+            want.len()
+        ));
     }
     let got = fs.read(id, offset, len)?;
     let end = (offset + len).min(want.len() as u64);
@@ -503,7 +577,10 @@ fn run_config(index: usize) {
             "model mismatch on {config}, seed {seed}, step {step}: {message}; shrinking the log"
         );
         let (shrunk, (step, message)) = match shrink(config, ops.clone()) {
-            (_, (usize::MAX, _)) => (ops, (step, format!("{message} (did not fail when replayed)"))),
+            (_, (usize::MAX, _)) => (
+                ops,
+                (step, format!("{message} (did not fail when replayed)")),
+            ),
             shrunk => shrunk,
         };
         let log: Vec<String> = shrunk

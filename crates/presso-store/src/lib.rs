@@ -29,16 +29,16 @@
 pub mod error;
 pub mod header;
 pub mod io;
-pub mod store;
 pub mod segment;
 pub mod sim;
+pub mod store;
 
 pub use error::{Result, StoreError};
 pub use header::PoolHeader;
 pub use io::{DirLock, FsDir, FsStorage, LockError, LockWatch, Storage, StorageDir, LOCK_FILE};
+pub use segment::{DamagedEntry, EnvelopeError, ENTRY_HEADER_LEN};
+pub use sim::{SimDir, SimStorage};
 pub use store::{
     Location, Position, RecoveryReport, SegmentEntries, SegmentStats, Store, StoreConfig,
     DEFAULT_SEGMENT_SIZE,
 };
-pub use segment::{DamagedEntry, EnvelopeError, ENTRY_HEADER_LEN};
-pub use sim::{SimDir, SimStorage};

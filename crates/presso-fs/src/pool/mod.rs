@@ -28,11 +28,12 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use presso_codec::frame::FrameHeader;
 use presso_codec::{Encoded, Engine, EngineConfig, Offload};
 use presso_meta::{MetaStore, RecordRef, TxgOp, POOL_INO};
-use presso_store::{FsDir, Location, Store, StoreConfig, StorageDir, ENTRY_HEADER_LEN};
+use presso_store::{FsDir, Location, StorageDir, Store, StoreConfig, ENTRY_HEADER_LEN};
 
 use crate::error::{FsError, Result};
 use crate::props;
 
+mod namespace;
 mod txg;
 
 pub use txg::{Committed, Group, OpTag, Txgs};
@@ -246,8 +247,9 @@ impl Pool {
         self.store.space()
     }
 
-    /// The metadata store.
-    pub fn meta(&self) -> &MetaStore {
+    /// The metadata store, for the pool's own maintenance (GC, scrub, status); the file layer
+    /// goes through the pool's methods.
+    pub(crate) fn meta(&self) -> &MetaStore {
         &self.meta
     }
 
@@ -308,7 +310,10 @@ impl Pool {
     /// otherwise a reference to the frame appended to the open segment (durable only after the
     /// next commit). Keep the returned [`PendingFrame`] until the op naming the frame is queued
     /// (or the frame discarded): until then garbage collection does not remove segments.
-    pub fn store_encoded(&self, encoded: &Encoded) -> (Result<Option<RecordRef>>, PendingFrame<'_>) {
+    pub fn store_encoded(
+        &self,
+        encoded: &Encoded,
+    ) -> (Result<Option<RecordRef>>, PendingFrame<'_>) {
         let pending = PendingFrame {
             _gate: self.pending_frames.read(),
         };

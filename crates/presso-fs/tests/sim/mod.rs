@@ -175,7 +175,9 @@ impl Fs {
     pub fn expect_create_exists(&mut self, name_n: u8) -> Result<(), String> {
         match self.vfs().create(ROOT_INO, &name(name_n), 0o644, 0, 0) {
             Err(e) if e.errno() == libc::EEXIST => Ok(()),
-            other => Err(format!("create of an existing name: {other:?}, expected EEXIST")),
+            other => Err(format!(
+                "create of an existing name: {other:?}, expected EEXIST"
+            )),
         }
     }
 
@@ -255,9 +257,7 @@ impl Fs {
     }
 
     pub fn fsync(&mut self, id: u64) -> Result<(), String> {
-        self.vfs()
-            .fsync(self.ino(id))
-            .map_err(|e| fail("fsync", e))
+        self.vfs().fsync(self.ino(id)).map_err(|e| fail("fsync", e))
     }
 
     pub fn sync_all(&mut self) -> Result<(), String> {
@@ -286,9 +286,14 @@ impl Fs {
     }
 
     pub fn expect_rename_missing(&mut self, from: u8, to: u8) -> Result<(), String> {
-        match self.vfs().rename(ROOT_INO, &name(from), ROOT_INO, &name(to)) {
+        match self
+            .vfs()
+            .rename(ROOT_INO, &name(from), ROOT_INO, &name(to))
+        {
             Err(e) if e.errno() == libc::ENOENT => Ok(()),
-            other => Err(format!("rename of a missing name: {other:?}, expected ENOENT")),
+            other => Err(format!(
+                "rename of a missing name: {other:?}, expected ENOENT"
+            )),
         }
     }
 
@@ -302,7 +307,9 @@ impl Fs {
     pub fn expect_link_exists(&mut self, id: u64, to: u8) -> Result<(), String> {
         match self.vfs().link(self.ino(id), ROOT_INO, &name(to)) {
             Err(e) if e.errno() == libc::EEXIST => Ok(()),
-            other => Err(format!("link over an existing name: {other:?}, expected EEXIST")),
+            other => Err(format!(
+                "link over an existing name: {other:?}, expected EEXIST"
+            )),
         }
     }
 
@@ -315,7 +322,9 @@ impl Fs {
     pub fn expect_unlink_missing(&mut self, name_n: u8) -> Result<(), String> {
         match self.vfs().unlink(ROOT_INO, &name(name_n)) {
             Err(e) if e.errno() == libc::ENOENT => Ok(()),
-            other => Err(format!("unlink of a missing name: {other:?}, expected ENOENT")),
+            other => Err(format!(
+                "unlink of a missing name: {other:?}, expected ENOENT"
+            )),
         }
     }
 

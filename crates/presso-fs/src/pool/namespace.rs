@@ -1,0 +1,167 @@
+//! The pool's door to the metadata for the file layer: names, attributes, extended attributes
+//! and the record map. Operations that remove a file count its frames dead in the same call, with
+//! the records the metadata freed in the same transaction (no second lookup, no race window).
+
+use std::ops::RangeBounds;
+
+use presso_meta::{Attr, DirEntry, LinkFate, NewNode, RecordRef, SetAttr, Unlinked, XattrFlags};
+
+use super::Pool;
+use crate::error::Result;
+
+impl Pool {
+    /// Looks a name up.
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
+        Ok(self.meta.lookup(parent, name)?)
+    }
+
+    /// An inode's attributes as committed.
+    pub fn getattr(&self, ino: u64) -> Result<Attr> {
+        Ok(self.meta.getattr(ino)?)
+    }
+
+    /// Changes attributes (the size of a regular file goes through the file layer, which queues
+    /// it in a transaction group).
+    pub fn setattr(&self, ino: u64, set: &SetAttr) -> Result<Attr> {
+        Ok(self.meta.setattr(ino, set)?)
+    }
+
+    /// Creates a file, directory, symbolic link, device node, FIFO or socket.
+    pub fn make_node(&self, parent: u64, name: &[u8], node: &NewNode) -> Result<Attr> {
+        Ok(self.meta.make_node(parent, name, node)?)
+    }
+
+    /// Reads a symbolic link.
+    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
+        Ok(self.meta.readlink(ino)?)
+    }
+
+    /// Adds a hard link.
+    pub fn link(&self, ino: u64, parent: u64, name: &[u8]) -> Result<Attr> {
+        Ok(self.meta.link(ino, parent, name)?)
+    }
+
+    /// Removes a name. A file that loses its last name and is not open (`is_open`) is removed
+    /// with its records, whose frames are counted dead here.
+    pub fn unlink(
+        &self,
+        parent: u64,
+        name: &[u8],
+        is_open: &dyn Fn(u64) -> bool,
+    ) -> Result<Unlinked> {
+        let gone = self.meta.unlink(parent, name, is_open)?;
+        self.discard_freed(&gone);
+        Ok(gone)
+    }
+
+    /// Removes an empty directory.
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
+        Ok(self.meta.rmdir(parent, name)?)
+    }
+
+    /// Renames, replacing an existing target where POSIX allows; what happened to a replaced
+    /// target is returned, and its frames are counted dead if it was removed.
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+        is_open: &dyn Fn(u64) -> bool,
+    ) -> Result<Option<Unlinked>> {
+        let replaced = self
+            .meta
+            .rename(parent, name, new_parent, new_name, is_open)?;
+        if let Some(gone) = &replaced {
+            self.discard_freed(gone);
+        }
+        Ok(replaced)
+    }
+
+    /// Renames only if the target does not exist (`RENAME_NOREPLACE`).
+    pub fn rename_noreplace(
+        &self,
+        parent: u64,
+        name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+    ) -> Result<()> {
+        Ok(self
+            .meta
+            .rename_noreplace(parent, name, new_parent, new_name)?)
+    }
+
+    /// Removes an orphan (no names left) once its last handle is closed, counting its frames
+    /// dead; `false` if it was not an orphan.
+    pub fn forget(&self, ino: u64) -> Result<bool> {
+        match self.meta.forget(ino)? {
+            Some(records) => {
+                for rec in &records {
+                    self.discard(rec);
+                }
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Lists a directory after `after` (exclusive).
+    pub fn readdir(&self, ino: u64, after: Option<&[u8]>, limit: usize) -> Result<Vec<DirEntry>> {
+        Ok(self.meta.readdir(ino, after, limit)?)
+    }
+
+    /// Parent of a directory.
+    pub fn dir_parent(&self, ino: u64) -> Result<u64> {
+        Ok(self.meta.dir_parent(ino)?)
+    }
+
+    /// Reads an extended attribute.
+    pub fn get_xattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
+        Ok(self.meta.get_xattr(ino, name)?)
+    }
+
+    /// Sets an extended attribute.
+    pub fn set_xattr(&self, ino: u64, name: &[u8], value: &[u8], flags: XattrFlags) -> Result<()> {
+        Ok(self.meta.set_xattr(ino, name, value, flags)?)
+    }
+
+    /// Extended attribute names.
+    pub fn list_xattrs(&self, ino: u64) -> Result<Vec<Vec<u8>>> {
+        Ok(self.meta.list_xattrs(ino)?)
+    }
+
+    /// Removes an extended attribute.
+    pub fn remove_xattr(&self, ino: u64, name: &[u8]) -> Result<()> {
+        Ok(self.meta.remove_xattr(ino, name)?)
+    }
+
+    /// Committed records of `ino` with index in `range`, in index order.
+    pub fn records(&self, ino: u64, range: impl RangeBounds<u64>) -> Result<Vec<(u64, RecordRef)>> {
+        Ok(self.meta.records(ino, range)?)
+    }
+
+    /// Committed record `index` of `ino`.
+    pub fn record(&self, ino: u64, index: u64) -> Result<Option<RecordRef>> {
+        Ok(self.meta.get_record(ino, index)?)
+    }
+
+    /// The property `name` set on `ino` itself (not inherited).
+    pub fn own_prop(&self, ino: u64, name: &str) -> Result<Option<String>> {
+        Ok(self.meta.get_prop(ino, name)?)
+    }
+
+    /// Stores `recordsize` as file `ino`'s own property: from its first write on, its records
+    /// keep this size whatever the inherited property becomes.
+    pub fn fix_recordsize(&self, ino: u64, recordsize: u64) -> Result<()> {
+        let value = crate::units::format_size(recordsize);
+        Ok(self.meta.set_prop(ino, crate::props::RECORDSIZE, &value)?)
+    }
+
+    fn discard_freed(&self, gone: &Unlinked) {
+        if gone.fate == LinkFate::Removed {
+            for rec in &gone.freed {
+                self.discard(rec);
+            }
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! Background work: queuing file sizes, what committed groups mean for the overlay, the
+//! flusher's tick and free space.
+
+use super::*;
+
+impl Vfs {
+    // ---- commit hooks and background work
+
+    pub(super) fn queue_size(&self, node: &FileNode, st: &mut FileState) {
+        self.queue_size_tagged(node, st, None);
+    }
+
+    /// Queues the file's size; with `clearing`, the op's commit ends the truncate of that
+    /// generation (see `FileState::cleared_from`).
+    pub(super) fn queue_size_tagged(
+        &self,
+        node: &FileNode,
+        st: &mut FileState,
+        clearing: Option<u64>,
+    ) {
+        st.queued_in = self.pool.txgs().queue(
+            TxgOp::SetSize {
+                ino: node.ino,
+                size: st.size,
+                mtime: st.mtime,
+            },
+            clearing.map(|generation| OpTag {
+                ino: node.ino,
+                index: CLEARING,
+                generation,
+            }),
+        );
+        st.size_dirty = false;
+    }
+
+    pub(super) fn queue_sizes(&self) {
+        let nodes: Vec<_> = self.files.lock().values().cloned().collect();
+        for node in nodes {
+            let mut st = node.state.lock();
+            if st.size_dirty {
+                self.queue_size(&node, &mut st);
+            }
+        }
+    }
+
+    pub(super) fn committed(&self, tags: &[OpTag], number: u64) {
+        let mut by_ino: HashMap<u64, Vec<&OpTag>> = HashMap::new();
+        for tag in tags {
+            by_ino.entry(tag.ino).or_default().push(tag);
+        }
+        let mut files = self.files.lock();
+        for (ino, tags) in by_ino {
+            let Some(node) = files.get(&ino).cloned() else {
+                continue;
+            };
+            let mut st = node.state.lock();
+            for tag in tags {
+                if tag.index == CLEARING {
+                    if st.cleared_from.is_some_and(|(_, g)| g == tag.generation) {
+                        st.cleared_from = None;
+                    }
+                } else if matches!(st.overlay.get(&tag.index),
+                    Some(Slot::Stored { generation, .. }) if *generation == tag.generation)
+                {
+                    st.overlay.remove(&tag.index);
+                }
+            }
+        }
+        // Forget files nobody has open whose every op is committed: the metadata answers now.
+        files.retain(|_, node| {
+            let st = node.state.lock();
+            !(st.open == 0
+                && st.overlay.is_empty()
+                && st.cleared_from.is_none()
+                && st.inflight == 0
+                && !st.size_dirty
+                && st.queued_in <= number)
+        });
+    }
+
+    /// Compresses partial records nobody has touched for `flush_after`, and refreshes the
+    /// free-space check.
+    pub(super) fn tick(self: &Arc<Self>) {
+        let now = Instant::now();
+        let nodes: Vec<_> = self.files.lock().values().cloned().collect();
+        for node in nodes {
+            let jobs = {
+                let mut st = node.state.lock();
+                let stale: HashSet<u64> = st
+                    .overlay
+                    .iter()
+                    .filter_map(|(i, s)| match s {
+                        Slot::Dirty { touched, .. }
+                            if now.duration_since(*touched) >= self.config.flush_after =>
+                        {
+                            Some(*i)
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                self.take_dirty(&node, &mut st, |i| stale.contains(&i))
+            };
+            self.submit(&node, jobs);
+        }
+        // Sizes reach the metadata with the next group after this tick.
+        self.queue_sizes();
+        self.check_space();
+        let mut samples = self.samples.lock();
+        samples.push((
+            now,
+            self.traffic.written.load(Ordering::Relaxed),
+            self.traffic.read.load(Ordering::Relaxed),
+        ));
+        if samples.len() > 11 {
+            samples.remove(0);
+        }
+    }
+
+    /// Short of room: while the pool holds garbage, collects it now (the writer waits) and
+    /// checks the free space again. A few passes at most: a segment keeps its space when a record
+    /// committed into it during a pass, and the next pass moves that record too.
+    pub(super) fn reclaim_for_room(&self) {
+        let Some(reclaimer) = &self.reclaimer else {
+            return;
+        };
+        for _ in 0..3 {
+            if self.pool.store().dead_bytes() == 0 {
+                return;
+            }
+            reclaimer.reclaim_now();
+            self.check_space();
+            if !self.low_space.load(Ordering::Relaxed) {
+                return;
+            }
+        }
+    }
+
+    /// Space is low when the host file system's free space, less the record buffers not yet
+    /// stored (counted uncompressed), is under `min_free`.
+    pub(super) fn check_space(&self) {
+        let low = match self.pool.space() {
+            Some((_, avail)) => {
+                avail.saturating_sub(self.dirty_bytes() as u64) < self.config.min_free
+            }
+            None => false,
+        };
+        self.low_space.store(low, Ordering::Relaxed);
+    }
+}
+
+pub(super) fn flusher(vfs: std::sync::Weak<Vfs>) {
+    loop {
+        let Some(v) = vfs.upgrade() else { return };
+        if v.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let period = (v.config.flush_after / 2).max(Duration::from_millis(100));
+        v.tick();
+        drop(v);
+        // A periodic timer, not synchronisation: the work it starts is idempotent.
+        std::thread::sleep(period.min(Duration::from_secs(1)));
+    }
+}

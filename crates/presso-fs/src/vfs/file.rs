@@ -1,0 +1,101 @@
+//! The state of one open (or recently written) file: its record overlay, size and truncate
+//! watermark; and the budget of record buffers.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use bytes::Bytes;
+use parking_lot::{Condvar, Mutex};
+use presso_codec::{CodecSpec, JobOptions};
+use presso_meta::{RecordRef, Timespec};
+
+pub(super) enum Slot {
+    /// Being assembled by writes; not yet submitted.
+    Dirty { buf: Vec<u8>, touched: Instant },
+    /// Submitted to the engine.
+    Compressing { generation: u64, data: Bytes },
+    /// Frame stored (or a hole, `None`), op queued, group not committed yet.
+    Stored {
+        generation: u64,
+        rec: Option<RecordRef>,
+    },
+}
+
+pub(super) struct FileState {
+    pub(super) size: u64,
+    pub(super) recordsize: u64,
+    /// Whether `recordsize` is stored as the file's own property yet (at its first write).
+    pub(super) recordsize_fixed: bool,
+    pub(super) mtime: Timespec,
+    pub(super) open: u32,
+    pub(super) orphaned: bool,
+    pub(super) overlay: BTreeMap<u64, Slot>,
+    /// Set by a truncate until its clearing ops commit: from this record index on, records
+    /// without an overlay slot are holes, whatever the metadata still says. With the generation
+    /// of the op whose commit ends it.
+    pub(super) cleared_from: Option<(u64, u64)>,
+    pub(super) next_generation: u64,
+    pub(super) inflight: usize,
+    pub(super) error: Option<i32>,
+    pub(super) size_dirty: bool,
+    /// Newest transaction group holding an op of this file; the node stays until it commits.
+    pub(super) queued_in: u64,
+    pub(super) last_read_end: u64,
+    pub(super) readahead_until: u64,
+    pub(super) settings: Option<(u64, CodecSpec, JobOptions)>,
+}
+
+/// The record index an [`OpTag`] carries when it ends a truncate rather than names a record.
+pub(super) const CLEARING: u64 = u64::MAX;
+
+impl FileState {
+    /// Whether record `index` was cleared by a truncate whose ops have not committed yet (the
+    /// metadata may still hold its old reference; it must not be read).
+    pub(super) fn is_cleared(&self, index: u64) -> bool {
+        self.cleared_from.is_some_and(|(from, _)| index >= from)
+    }
+}
+
+/// An open (or recently written) regular file.
+pub struct FileNode {
+    pub(super) ino: u64,
+    pub(super) state: Mutex<FileState>,
+    pub(super) changed: Condvar,
+}
+
+/// Bytes of record buffers held by Dirty and Compressing slots.
+pub(super) struct Budget {
+    pub(super) bytes: Mutex<usize>,
+    pub(super) room: Condvar,
+    pub(super) limit: usize,
+}
+
+impl Budget {
+    pub(super) fn take(&self, n: usize) {
+        *self.bytes.lock() += n;
+    }
+
+    pub(super) fn give(&self, n: usize) {
+        let mut bytes = self.bytes.lock();
+        *bytes = bytes.saturating_sub(n);
+        if *bytes < self.limit {
+            self.room.notify_all();
+        }
+    }
+
+    pub(super) fn wait_for_room(&self) {
+        let mut bytes = self.bytes.lock();
+        while *bytes >= self.limit {
+            self.room.wait(&mut bytes);
+        }
+    }
+}
+
+/// Waits until none of `node`'s records is in compression and returns its locked state.
+pub(super) fn wait_compressed(node: &FileNode) -> parking_lot::MutexGuard<'_, FileState> {
+    let mut st = node.state.lock();
+    while st.inflight > 0 {
+        node.changed.wait(&mut st);
+    }
+    st
+}

@@ -1,0 +1,396 @@
+//! POSIX file semantics over a [`Pool`]: open files, per-file record assembly, asynchronous
+//! compression, the decompressed-record cache and readahead. The FUSE adapter only converts
+//! arguments and calls in here.
+//!
+//! # A record's life on the write path
+//!
+//! ```text
+//! write() ──copy──> Dirty(buffer)  ──record full, close, fsync, timeout──> Compressing(gen)
+//!   ──engine worker: frame appended──> Stored(gen, ref) + op queued in the open txg
+//!   ──group committed──> dropped from the overlay (the metadata now answers)
+//! ```
+//!
+//! Every file with open handles or uncommitted records has a [`FileNode`] whose `overlay` holds
+//! those records; reads look there first, so they see every write at once. Each submission gets
+//! a new generation number; a completion whose generation is no longer the slot's (the record was
+//! rewritten, truncated or its file removed meanwhile) is discarded and its frame counted dead, so
+//! ops for one record reach the transaction group in write order.
+//!
+//! # Locks
+//! `files` (the node map) may be taken before a node's `state`, never after. No lock is held
+//! while submitting to the engine (its workers need the node lock to complete) or while calling
+//! a metadata write that runs callbacks.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use crossbeam_channel::{bounded, Sender};
+use parking_lot::{Condvar, Mutex};
+use presso_codec::{CodecSpec, Encoded, JobOptions, Offload, Record};
+use presso_meta::{
+    Attr, DirEntry, FileKind, LinkFate, MetaError, NewNode, RecordRef, SetAttr, Timespec, TxgOp,
+    Unlinked, XattrFlags,
+};
+
+use crate::cache::{CacheStats, RecordCache};
+use crate::error::{FsError, Result};
+use crate::pool::{OpTag, Pool};
+use crate::props;
+use crate::reclaim::{ReclaimPolicy, Reclaimer};
+
+mod background;
+mod file;
+mod namespace;
+mod read;
+mod write;
+
+use background::flusher;
+use file::{wait_compressed, Budget, FileNode, FileState, Slot, CLEARING};
+
+/// Settings of the file layer.
+#[derive(Debug, Clone)]
+pub struct VfsConfig {
+    /// Most bytes of records waiting for or in compression before writers wait.
+    pub dirty_limit: usize,
+    /// Capacity of the decompressed-record cache. The kernel's page cache keeps file data that
+    /// was read; this cache serves reads of parts of a record and hands readahead to readers, so
+    /// it can be small, and a small one reuses its memory instead of faulting in fresh pages
+    /// (measured: 25% faster warm sequential reads at 64 MiB than at 256 MiB).
+    pub cache_bytes: usize,
+    /// Records decoded ahead of a sequential reader.
+    pub readahead: usize,
+    /// A partly written record untouched this long is compressed and committed anyway.
+    pub flush_after: Duration,
+    /// Writes fail with ENOSPC while the host file system has less free space than this (after
+    /// an automatic garbage collection pass, if there is garbage).
+    pub min_free: u64,
+    /// Automatic garbage collection while mounted; `None` leaves it to `presso gc`.
+    pub reclaim: Option<ReclaimPolicy>,
+}
+
+impl Default for VfsConfig {
+    fn default() -> Self {
+        VfsConfig {
+            dirty_limit: 256 << 20,
+            cache_bytes: 64 << 20,
+            readahead: 16,
+            flush_after: Duration::from_secs(2),
+            min_free: 64 << 20,
+            reclaim: Some(ReclaimPolicy::default()),
+        }
+    }
+}
+
+/// Bytes moved through the file system, for throughput figures.
+#[derive(Debug, Default)]
+struct Traffic {
+    written: AtomicU64,
+    read: AtomicU64,
+}
+
+/// The extended attribute holding a file's capabilities.
+const FILE_CAPABILITY: &[u8] = b"security.capability";
+
+/// The file layer of a mounted pool.
+pub struct Vfs {
+    pool: Arc<Pool>,
+    files: Mutex<HashMap<u64, Arc<FileNode>>>,
+    handles: Mutex<HashMap<u64, u64>>,
+    next_fh: AtomicU64,
+    cache: Arc<RecordCache>,
+    budget: Arc<Budget>,
+    config: VfsConfig,
+    readahead: Sender<(u64, u64, RecordRef)>,
+    low_space: AtomicBool,
+    props_generation: AtomicU64,
+    traffic: Traffic,
+    samples: Mutex<Vec<(Instant, u64, u64)>>,
+    stopping: AtomicBool,
+    reclaimer: Option<Arc<Reclaimer>>,
+}
+
+impl Vfs {
+    /// The file layer over `pool`; registers its commit hooks and starts the readahead and
+    /// flusher threads.
+    pub fn new(pool: Arc<Pool>, config: VfsConfig) -> Arc<Vfs> {
+        let (tx, rx) = bounded::<(u64, u64, RecordRef)>(256);
+        let reclaimer = config
+            .reclaim
+            .map(|policy| Reclaimer::start(pool.clone(), policy));
+        let vfs = Arc::new(Vfs {
+            cache: Arc::new(RecordCache::new(config.cache_bytes)),
+            budget: Arc::new(Budget {
+                bytes: Mutex::new(0),
+                room: Condvar::new(),
+                limit: config.dirty_limit,
+            }),
+            pool: pool.clone(),
+            files: Mutex::new(HashMap::new()),
+            handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            config,
+            readahead: tx,
+            low_space: AtomicBool::new(false),
+            props_generation: AtomicU64::new(0),
+            traffic: Traffic::default(),
+            samples: Mutex::new(Vec::new()),
+            stopping: AtomicBool::new(false),
+            reclaimer,
+        });
+        let workers = pool.options().workers.max(1);
+        for i in 0..workers {
+            let rx = rx.clone();
+            let (pool, cache) = (pool.clone(), vfs.cache.clone());
+            let _ = std::thread::Builder::new()
+                .name(format!("presso-ra{i}"))
+                .spawn(move || {
+                    for (ino, index, rec) in rx {
+                        let key = (rec.segment, rec.offset);
+                        let _ = cache.get_or_load(key, || {
+                            pool.read_record(ino, index, &rec).map_err(|e| e.errno())
+                        });
+                    }
+                });
+        }
+        let events = pool.txgs().events();
+        let weak = Arc::downgrade(&vfs);
+        let _ = std::thread::Builder::new()
+            .name("presso-committed".into())
+            .spawn(move || {
+                for group in events {
+                    let Some(vfs) = weak.upgrade() else { return };
+                    vfs.committed(&group.tags, group.number);
+                }
+            });
+        let weak = Arc::downgrade(&vfs);
+        let _ = std::thread::Builder::new()
+            .name("presso-flush".into())
+            .spawn(move || flusher(weak));
+        vfs.check_space();
+        vfs
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    // ---- open files
+
+    pub(super) fn node(&self, ino: u64) -> Result<Arc<FileNode>> {
+        if let Some(node) = self.files.lock().get(&ino) {
+            return Ok(node.clone());
+        }
+        let attr = self.pool.getattr(ino)?;
+        match attr.kind {
+            FileKind::File => {}
+            FileKind::Dir => return Err(MetaError::IsDir.into()),
+            _ => return Err(FsError::Invalid("not a regular file".into())),
+        }
+        // A file's record size is fixed (stored as its own property) at its first write, so
+        // later property changes never change how its records map to offsets. Until then it
+        // follows the inherited value, and opening or reading it writes nothing.
+        let (recordsize, recordsize_fixed) = match self.pool.own_prop(ino, props::RECORDSIZE)? {
+            Some(v) => (v, true),
+            None => (self.pool.prop(ino, props::RECORDSIZE)?, false),
+        };
+        let recordsize =
+            crate::units::parse_recordsize(&recordsize).map_err(FsError::Invalid)? as u64;
+        let node = Arc::new(FileNode {
+            ino,
+            state: Mutex::new(FileState {
+                size: attr.size,
+                recordsize,
+                recordsize_fixed,
+                mtime: attr.mtime,
+                open: 0,
+                orphaned: false,
+                overlay: BTreeMap::new(),
+                cleared_from: None,
+                next_generation: 1,
+                inflight: 0,
+                error: None,
+                size_dirty: false,
+                queued_in: 0,
+                last_read_end: u64::MAX,
+                readahead_until: 0,
+                settings: None,
+            }),
+            changed: Condvar::new(),
+        });
+        Ok(self.files.lock().entry(ino).or_insert(node).clone())
+    }
+
+    /// Opens a regular file and returns a handle number.
+    pub fn open(&self, ino: u64) -> Result<u64> {
+        let node = self.node(ino)?;
+        node.state.lock().open += 1;
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.handles.lock().insert(fh, ino);
+        Ok(fh)
+    }
+
+    /// `close()` of one descriptor: starts compressing the file's partial records and reports a
+    /// failed earlier write once.
+    pub fn flush(&self, ino: u64) -> Result<()> {
+        let Some(node) = self.files.lock().get(&ino).cloned() else {
+            return Ok(());
+        };
+        if let Some(errno) = node.state.lock().error.take() {
+            return Err(FsError::Deferred(errno));
+        }
+        self.submit_dirty(&node);
+        Ok(())
+    }
+
+    /// The last close of a handle.
+    pub fn release(&self, ino: u64, fh: u64) -> Result<()> {
+        self.handles.lock().remove(&fh);
+        let Some(node) = self.files.lock().get(&ino).cloned() else {
+            return Ok(());
+        };
+        let forget = {
+            let mut st = node.state.lock();
+            st.open = st.open.saturating_sub(1);
+            st.open == 0 && st.orphaned
+        };
+        if forget {
+            // Its dirty records die with it: dropping the node gives their memory back.
+            self.drop_node(ino);
+            self.pool.forget(ino)?;
+            return Ok(());
+        }
+        self.submit_dirty(&node);
+        Ok(())
+    }
+
+    /// Makes the file's data and metadata durable.
+    pub fn fsync(&self, ino: u64) -> Result<()> {
+        if let Some(node) = self.files.lock().get(&ino).cloned() {
+            self.submit_dirty(&node);
+            let mut st = wait_compressed(&node);
+            if let Some(errno) = st.error.take() {
+                return Err(FsError::Deferred(errno));
+            }
+            if st.size_dirty {
+                self.queue_size(&node, &mut st);
+            }
+        }
+        self.pool.commit(true)
+    }
+
+    /// Commits everything written so far (every file), durably.
+    pub fn sync_all(&self) -> Result<()> {
+        let nodes: Vec<_> = self.files.lock().values().cloned().collect();
+        // Submit every file's records before waiting for any, so they compress in parallel.
+        for node in &nodes {
+            self.submit_dirty(node);
+        }
+        for node in &nodes {
+            drop(wait_compressed(node));
+        }
+        self.queue_sizes();
+        self.pool.commit(true)
+    }
+
+    /// Hands every Dirty record of `node` to the engine.
+    pub(super) fn submit_dirty(&self, node: &Arc<FileNode>) {
+        let jobs = {
+            let mut st = node.state.lock();
+            self.take_dirty(node, &mut st, |_| true)
+        };
+        self.submit(node, jobs);
+    }
+
+    /// Flushes everything, commits it durably and stops background work.
+    pub fn shutdown(&self) -> Result<()> {
+        self.stopping.store(true, Ordering::SeqCst);
+        if let Some(reclaimer) = &self.reclaimer {
+            reclaimer.stop();
+        }
+        let result = self.sync_all();
+        self.pool.close().and(result)
+    }
+
+    /// Stops background work at once, flushing and committing nothing: what a killed daemon
+    /// leaves behind (for crash tests). The file layer answers nothing useful afterwards.
+    pub fn halt(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        if let Some(reclaimer) = &self.reclaimer {
+            reclaimer.stop();
+        }
+        self.pool.halt();
+    }
+
+    // ---- reporting
+
+    /// Bytes written and read through the file system since it was mounted, and the rates
+    /// (bytes/s) over the last ten seconds.
+    pub fn traffic(&self) -> (u64, u64, f64, f64) {
+        let written = self.traffic.written.load(Ordering::Relaxed);
+        let read = self.traffic.read.load(Ordering::Relaxed);
+        let samples = self.samples.lock();
+        let (rw, rr) = match (samples.first(), samples.last()) {
+            (Some(a), Some(b)) if b.0 > a.0 => {
+                let secs = b.0.duration_since(a.0).as_secs_f64();
+                ((b.1 - a.1) as f64 / secs, (b.2 - a.2) as f64 / secs)
+            }
+            _ => (0.0, 0.0),
+        };
+        (written, read, rw, rr)
+    }
+
+    /// Record-cache counters.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.cache.stats()
+    }
+
+    /// Bytes of records waiting for or in compression.
+    pub fn dirty_bytes(&self) -> usize {
+        *self.budget.bytes.lock()
+    }
+
+    /// File-system statistics: the host file system's blocks (the pool can use all of them).
+    pub fn statfs(&self) -> StatFs {
+        let (total, avail) = self.pool.space().unwrap_or((0, 0));
+        StatFs {
+            block_size: 4096,
+            blocks: total / 4096,
+            blocks_free: avail / 4096,
+            blocks_avail: avail / 4096,
+            files: 1 << 32,
+            files_free: 1 << 31,
+            name_max: presso_meta::NAME_MAX as u32,
+        }
+    }
+}
+/// What `statfs` reports.
+#[derive(Debug, Clone, Copy)]
+pub struct StatFs {
+    /// Block size.
+    pub block_size: u32,
+    /// Total blocks.
+    pub blocks: u64,
+    /// Free blocks.
+    pub blocks_free: u64,
+    /// Blocks available to unprivileged users.
+    pub blocks_avail: u64,
+    /// Inodes (nominal; the pool has no fixed limit).
+    pub files: u64,
+    /// Free inodes (nominal).
+    pub files_free: u64,
+    /// Longest name.
+    pub name_max: u32,
+}
+
+impl Drop for Vfs {
+    fn drop(&mut self) {
+        // The collector holds the pool, not the file layer: joining it here cannot wait on us.
+        if let Some(reclaimer) = &self.reclaimer {
+            reclaimer.stop();
+        }
+    }
+}

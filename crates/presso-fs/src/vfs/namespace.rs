@@ -1,0 +1,263 @@
+//! Names, attributes, extended attributes, privilege dropping and properties: the file layer's
+//! side of them (live sizes of open files, orphans), the rest through the pool.
+
+use super::*;
+
+impl Vfs {
+    // ---- namespace
+
+    /// Looks a name up.
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
+        let attr = self.pool.lookup(parent, name)?;
+        Ok(self.with_live_size(attr))
+    }
+
+    /// Attributes, with the size and mtime of unsaved writes.
+    pub fn getattr(&self, ino: u64) -> Result<Attr> {
+        let attr = self.pool.getattr(ino)?;
+        Ok(self.with_live_size(attr))
+    }
+
+    pub(super) fn with_live_size(&self, mut attr: Attr) -> Attr {
+        if let Some(node) = self.files.lock().get(&attr.ino).cloned() {
+            let st = node.state.lock();
+            attr.size = st.size;
+            if st.size_dirty {
+                attr.mtime = st.mtime;
+            }
+        }
+        attr
+    }
+
+    /// Changes attributes; a size change truncates or extends the file.
+    pub fn setattr(&self, ino: u64, mut set: SetAttr) -> Result<Attr> {
+        if let Some(size) = set.size.take() {
+            let node = self.node(ino)?;
+            self.truncate(&node, size)?;
+            if set.mtime.is_none() {
+                set.mtime = Some(Timespec::now());
+            }
+        }
+        if let (Some(mtime), Some(node)) = (set.mtime, self.files.lock().get(&ino).cloned()) {
+            node.state.lock().mtime = mtime;
+        }
+        let attr = self.pool.setattr(ino, &set)?;
+        Ok(self.with_live_size(attr))
+    }
+
+    /// Creates a regular file.
+    pub fn create(&self, parent: u64, name: &[u8], mode: u32, uid: u32, gid: u32) -> Result<Attr> {
+        let node = NewNode::file(mode, uid, gid);
+        self.pool.make_node(parent, name, &node)
+    }
+
+    /// Creates a directory.
+    pub fn mkdir(&self, parent: u64, name: &[u8], mode: u32, uid: u32, gid: u32) -> Result<Attr> {
+        let node = NewNode::dir(mode, uid, gid);
+        self.pool.make_node(parent, name, &node)
+    }
+
+    /// Creates a device node, FIFO or socket (or a regular file).
+    #[allow(clippy::too_many_arguments)]
+    pub fn mknod(
+        &self,
+        parent: u64,
+        name: &[u8],
+        kind: FileKind,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        rdev: u64,
+    ) -> Result<Attr> {
+        let node = NewNode::special(kind, mode, uid, gid, rdev)?;
+        self.pool.make_node(parent, name, &node)
+    }
+
+    /// Creates a symbolic link.
+    pub fn symlink(
+        &self,
+        parent: u64,
+        name: &[u8],
+        target: &[u8],
+        uid: u32,
+        gid: u32,
+    ) -> Result<Attr> {
+        let node = NewNode::symlink(target, uid, gid);
+        self.pool.make_node(parent, name, &node)
+    }
+
+    /// Reads a symbolic link.
+    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
+        self.pool.readlink(ino)
+    }
+
+    /// Adds a hard link.
+    pub fn link(&self, ino: u64, parent: u64, name: &[u8]) -> Result<Attr> {
+        let attr = self.pool.link(ino, parent, name)?;
+        Ok(self.with_live_size(attr))
+    }
+
+    pub(super) fn open_set(&self) -> HashSet<u64> {
+        self.files
+            .lock()
+            .iter()
+            .filter(|(_, n)| n.state.lock().open > 0)
+            .map(|(ino, _)| *ino)
+            .collect()
+    }
+
+    /// Removes a name; the file lives on while open.
+    pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<()> {
+        let open = self.open_set();
+        let gone = self.pool.unlink(parent, name, &|ino| open.contains(&ino))?;
+        self.name_dropped(&gone);
+        Ok(())
+    }
+
+    /// Removes an empty directory.
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
+        self.pool.rmdir(parent, name)
+    }
+
+    /// Renames, replacing an existing target where POSIX allows.
+    pub fn rename(&self, parent: u64, name: &[u8], new_parent: u64, new_name: &[u8]) -> Result<()> {
+        let open = self.open_set();
+        let replaced = self
+            .pool
+            .rename(parent, name, new_parent, new_name, &|ino| {
+                open.contains(&ino)
+            })?;
+        if let Some(gone) = replaced {
+            self.name_dropped(&gone);
+        }
+        Ok(())
+    }
+
+    /// Renames only if `new_parent/new_name` does not exist (`RENAME_NOREPLACE`); nothing is
+    /// replaced, so no records are freed.
+    pub fn rename_noreplace(
+        &self,
+        parent: u64,
+        name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+    ) -> Result<()> {
+        self.pool
+            .rename_noreplace(parent, name, new_parent, new_name)
+    }
+
+    /// The file layer's side of a name going away (the pool already counted freed frames dead).
+    pub(super) fn name_dropped(&self, gone: &Unlinked) {
+        match gone.fate {
+            LinkFate::Linked => {}
+            LinkFate::Orphaned => {
+                if let Some(node) = self.files.lock().get(&gone.ino) {
+                    node.state.lock().orphaned = true;
+                }
+            }
+            LinkFate::Removed => self.drop_node(gone.ino),
+        }
+    }
+
+    pub(super) fn drop_node(&self, ino: u64) {
+        let node = self.files.lock().remove(&ino);
+        if let Some(node) = node {
+            let mut st = node.state.lock();
+            let dirty = st
+                .overlay
+                .values()
+                .filter(|s| matches!(s, Slot::Dirty { .. }))
+                .count();
+            self.budget.give(dirty * st.recordsize as usize);
+            // In-flight records find no slot and are discarded; queued ops name an inode that
+            // no longer exists and are skipped by the metadata.
+            st.overlay.clear();
+            st.size_dirty = false;
+        }
+    }
+
+    /// Lists a directory after `after` (exclusive).
+    pub fn readdir(&self, ino: u64, after: Option<&[u8]>, limit: usize) -> Result<Vec<DirEntry>> {
+        self.pool.readdir(ino, after, limit)
+    }
+
+    /// Parent of a directory.
+    pub fn dir_parent(&self, ino: u64) -> Result<u64> {
+        self.pool.dir_parent(ino)
+    }
+
+    /// Reads an extended attribute.
+    pub fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
+        self.pool.get_xattr(ino, name)
+    }
+
+    /// Sets an extended attribute.
+    pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
+        let flags = XattrFlags::from_raw(flags)?;
+        self.pool.set_xattr(ino, name, value, flags)
+    }
+
+    /// Lists extended attribute names.
+    pub fn listxattr(&self, ino: u64) -> Result<Vec<Vec<u8>>> {
+        self.pool.list_xattrs(ino)
+    }
+
+    /// Removes an extended attribute.
+    pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<()> {
+        self.pool.remove_xattr(ino, name)
+    }
+
+    /// Folds into `set` what a write, truncate or chown by an unprivileged caller must clear on a
+    /// regular file: set-user-ID, set-group-ID when group-executable (without group execute it
+    /// marks mandatory locking and stays), and the file capability `security.capability`, which
+    /// goes at once. The mount negotiates FUSE_HANDLE_KILLPRIV_V2, so the kernel leaves this to
+    /// the file system instead of asking for `security.capability` before every write.
+    pub fn drop_privileges(&self, ino: u64, set: &mut SetAttr) -> Result<()> {
+        let attr = self.pool.getattr(ino)?;
+        if attr.kind != FileKind::File {
+            return Ok(());
+        }
+        let mode = set.mode.unwrap_or(attr.mode);
+        let mut kept = mode & !libc::S_ISUID;
+        if mode & libc::S_IXGRP != 0 {
+            kept &= !libc::S_ISGID;
+        }
+        if kept != mode {
+            set.mode = Some(kept);
+        }
+        // Looked up before it is removed: the kernel flags every direct write of a caller
+        // without CAP_FSETID, and a removal is a write transaction even when nothing is there.
+        match self
+            .pool
+            .get_xattr(ino, FILE_CAPABILITY)
+            .and_then(|_| self.pool.remove_xattr(ino, FILE_CAPABILITY))
+        {
+            Ok(()) | Err(FsError::Meta(MetaError::NoAttribute)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`Vfs::drop_privileges`] on its own, for a write or an fallocate.
+    pub fn drop_privileges_now(&self, ino: u64) -> Result<()> {
+        let mut set = SetAttr::default();
+        self.drop_privileges(ino, &mut set)?;
+        if set.mode.is_some() {
+            self.setattr(ino, set)?;
+        }
+        Ok(())
+    }
+
+    // ---- properties
+
+    /// Sets a property on a directory (or the pool, inode 0); affects new writes only.
+    pub fn set_prop(&self, ino: u64, name: &str, value: &str) -> Result<String> {
+        let value = self.pool.set_prop(ino, name, value)?;
+        self.props_generation.fetch_add(1, Ordering::SeqCst);
+        Ok(value)
+    }
+
+    /// Effective value of a property and the inode it comes from (`None` = default).
+    pub fn get_prop(&self, ino: u64, name: &str) -> Result<(String, Option<u64>)> {
+        self.pool.get_prop(ino, name)
+    }
+}

@@ -1,0 +1,405 @@
+//! The write path: record assembly in the overlay, submission to the engine, completions,
+//! truncate, fallocate and copy_file_range.
+
+use super::*;
+
+impl Vfs {
+    // ---- write path
+
+    /// Writes `data` at `offset`. Returns once the bytes are in the file's record buffers;
+    /// compression and storage happen in the background.
+    pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<usize> {
+        // Checked at every write, not only by the periodic tick: a fast writer would otherwise
+        // fill the host file system before the next tick, leaving no room for the metadata, for
+        // deletes or for GC to free space again.
+        self.check_space();
+        if self.low_space.load(Ordering::Relaxed) {
+            self.reclaim_for_room();
+            if self.low_space.load(Ordering::Relaxed) {
+                return Err(FsError::NoSpace);
+            }
+        }
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= i64::MAX as u64)
+            .ok_or_else(|| FsError::Invalid("write past the largest file size".into()))?;
+        self.budget.wait_for_room();
+        let node = self.node(ino)?;
+        let jobs = {
+            let mut st = node.state.lock();
+            if let Some(errno) = st.error.take() {
+                return Err(FsError::Deferred(errno));
+            }
+            let rs = st.recordsize;
+            let mut jobs = Vec::new();
+            let mut pos = offset;
+            let mut src = data;
+            while !src.is_empty() {
+                let index = pos / rs;
+                let within = (pos % rs) as usize;
+                let n = src.len().min(rs as usize - within);
+                let whole = within == 0 && n == rs as usize;
+                let buf = self.dirty_buffer(&node, &mut st, index, whole)?;
+                if buf.len() == within {
+                    // Appending (the sequential case): no zero-fill before the copy.
+                    buf.extend_from_slice(&src[..n]);
+                } else {
+                    if buf.len() < within + n {
+                        buf.resize(within + n, 0);
+                    }
+                    buf[within..within + n].copy_from_slice(&src[..n]);
+                }
+                if within + n == rs as usize {
+                    jobs.extend(self.take_records(&node, &mut st, vec![index]));
+                }
+                pos += n as u64;
+                src = &src[n..];
+            }
+            st.size = st.size.max(end);
+            st.mtime = Timespec::now();
+            st.size_dirty = true;
+            jobs
+        };
+        self.submit(&node, jobs);
+        self.traffic
+            .written
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        Ok(data.len())
+    }
+
+    /// The Dirty buffer of record `index`, created from its current contents (unless the caller
+    /// overwrites it whole).
+    pub(super) fn dirty_buffer<'a>(
+        &self,
+        node: &FileNode,
+        st: &'a mut FileState,
+        index: u64,
+        whole: bool,
+    ) -> Result<&'a mut Vec<u8>> {
+        let rs = st.recordsize;
+        if !st.recordsize_fixed {
+            self.pool.fix_recordsize(node.ino, rs)?;
+            st.recordsize_fixed = true;
+        }
+        if !matches!(st.overlay.get(&index), Some(Slot::Dirty { .. })) {
+            let in_file = st.size.saturating_sub(index * rs).min(rs) as usize;
+            let mut buf = if whole || in_file == 0 {
+                Vec::with_capacity(rs as usize)
+            } else {
+                let mut current = match st.overlay.get(&index) {
+                    Some(Slot::Compressing { data, .. }) => data.to_vec(),
+                    Some(Slot::Stored { rec: Some(rec), .. }) => {
+                        self.load(node.ino, index, rec)?.to_vec()
+                    }
+                    Some(Slot::Stored { rec: None, .. }) => Vec::new(),
+                    Some(Slot::Dirty { .. }) => unreachable!("checked above"),
+                    None if st.is_cleared(index) => Vec::new(),
+                    None => match self.pool.record(node.ino, index)? {
+                        Some(rec) => self.load(node.ino, index, &rec)?.to_vec(),
+                        None => Vec::new(),
+                    },
+                };
+                current.reserve(rs as usize - current.len().min(rs as usize));
+                current
+            };
+            if buf.len() < in_file && !whole {
+                buf.resize(in_file, 0);
+            }
+            self.budget.take(rs as usize);
+            st.overlay.insert(
+                index,
+                Slot::Dirty {
+                    buf,
+                    touched: Instant::now(),
+                },
+            );
+        }
+        match st.overlay.get_mut(&index) {
+            Some(Slot::Dirty { buf, touched }) => {
+                *touched = Instant::now();
+                Ok(buf)
+            }
+            _ => unreachable!("inserted above"),
+        }
+    }
+
+    /// Turns the Dirty slots selected by `pick` into Compressing ones and returns the jobs to
+    /// submit once the node lock is released.
+    pub(super) fn take_dirty(
+        &self,
+        node: &FileNode,
+        st: &mut FileState,
+        pick: impl Fn(u64) -> bool,
+    ) -> Vec<(u64, u64, Bytes, CodecSpec, JobOptions)> {
+        let picked: Vec<u64> = st
+            .overlay
+            .iter()
+            .filter(|(i, s)| matches!(s, Slot::Dirty { .. }) && pick(**i))
+            .map(|(i, _)| *i)
+            .collect();
+        self.take_records(node, st, picked)
+    }
+
+    /// [`Vfs::take_dirty`] for the records `picked`; those not Dirty are skipped. A writer that
+    /// just filled a record names it here instead of scanning the whole overlay, which holds
+    /// every record written since the last commit.
+    pub(super) fn take_records(
+        &self,
+        node: &FileNode,
+        st: &mut FileState,
+        picked: Vec<u64>,
+    ) -> Vec<(u64, u64, Bytes, CodecSpec, JobOptions)> {
+        if picked.is_empty() {
+            return Vec::new();
+        }
+        let (spec, options) = match self.settings(node.ino, st) {
+            Ok(s) => s,
+            Err(_) => (CodecSpec::OFF, self.pool.engine().default_options()),
+        };
+        let mut jobs = Vec::with_capacity(picked.len());
+        for index in picked {
+            let Some(slot) = st.overlay.get_mut(&index) else {
+                continue;
+            };
+            let Slot::Dirty { buf, .. } = slot else {
+                continue;
+            };
+            let data = Bytes::from(std::mem::take(buf));
+            let generation = st.next_generation;
+            *slot = Slot::Compressing {
+                generation,
+                data: data.clone(),
+            };
+            st.next_generation += 1;
+            st.inflight += 1;
+            jobs.push((index, generation, data, spec, options));
+        }
+        jobs
+    }
+
+    /// Codec and options of new records of `ino`, cached until a property changes.
+    pub(super) fn settings(&self, ino: u64, st: &mut FileState) -> Result<(CodecSpec, JobOptions)> {
+        let generation = self.props_generation.load(Ordering::SeqCst);
+        if let Some((g, spec, options)) = st.settings {
+            if g == generation {
+                return Ok((spec, options));
+            }
+        }
+        let spec: CodecSpec = self
+            .pool
+            .prop(ino, props::COMPRESSION)?
+            .parse()
+            .map_err(|e: presso_codec::SpecError| FsError::Invalid(e.to_string()))?;
+        let threshold = self
+            .pool
+            .prop(ino, props::THRESHOLD)?
+            .parse()
+            .map_err(|e: presso_codec::ThresholdError| FsError::Invalid(e.to_string()))?;
+        let offload = self
+            .pool
+            .prop(ino, props::OFFLOAD)?
+            .parse::<Offload>()
+            .map_err(FsError::Invalid)?;
+        let options = JobOptions {
+            threshold,
+            offload: offload != Offload::Off,
+        };
+        st.settings = Some((generation, spec, options));
+        Ok((spec, options))
+    }
+
+    pub(super) fn submit(
+        &self,
+        node: &Arc<FileNode>,
+        jobs: Vec<(u64, u64, Bytes, CodecSpec, JobOptions)>,
+    ) {
+        for (index, generation, data, spec, options) in jobs {
+            let node = node.clone();
+            let pool = self.pool.clone();
+            let budget = self.budget.clone();
+            let record = Record::from_segments([data.clone()]);
+            self.pool
+                .engine()
+                .submit_with(record, spec, options, move |encoded: Encoded| {
+                    completed(&pool, &node, &budget, index, generation, data, &encoded)
+                });
+        }
+    }
+
+    pub(super) fn truncate(&self, node: &Arc<FileNode>, size: u64) -> Result<()> {
+        if size > i64::MAX as u64 {
+            return Err(FsError::Invalid("size too large".into()));
+        }
+        let mut st = node.state.lock();
+        let rs = st.recordsize;
+        let mut clearing = None;
+        if size < st.size {
+            // Every record from `keep` on goes: the overlay forgets them at once and
+            // `cleared_from` hides the committed ones until their ClearRecord ops commit, so
+            // nothing (a read, or the read-modify-write of a later partial write) can see their
+            // old bytes again.
+            let keep = size.div_ceil(rs);
+            let dropped = st.overlay.split_off(&keep);
+            let dirty = dropped
+                .values()
+                .filter(|s| matches!(s, Slot::Dirty { .. }))
+                .count();
+            self.budget.give(dirty * rs as usize);
+            let mut clear: HashSet<u64> = dropped.into_keys().collect();
+            // Records from an earlier truncate's `cleared_from` on are being cleared already.
+            let until = st.cleared_from.map_or(u64::MAX, |(from, _)| from);
+            if keep < until {
+                for (index, _) in self.pool.records(node.ino, keep..until)? {
+                    clear.insert(index);
+                }
+            }
+            let mut clear: Vec<u64> = clear.into_iter().collect();
+            clear.sort_unstable();
+            for index in clear {
+                st.queued_in = self.pool.txgs().queue(
+                    TxgOp::ClearRecord {
+                        ino: node.ino,
+                        index,
+                    },
+                    None,
+                );
+            }
+            let generation = st.next_generation;
+            st.next_generation += 1;
+            let from = st.cleared_from.map_or(keep, |(from, _)| from.min(keep));
+            st.cleared_from = Some((from, generation));
+            clearing = Some(generation);
+            if !size.is_multiple_of(rs) {
+                let index = size / rs;
+                let buf = self.dirty_buffer(node, &mut st, index, false)?;
+                buf.truncate((size - index * rs) as usize);
+            }
+        }
+        st.size = size;
+        st.mtime = Timespec::now();
+        st.size_dirty = true;
+        // Queued after the ClearRecord ops: when it commits, so have they.
+        self.queue_size_tagged(node, &mut st, clearing);
+        Ok(())
+    }
+
+    /// Preallocates (mode 0: extends the size; space is not reserved in a copy-on-write pool),
+    /// punches a hole (`FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE`) or zeroes a range
+    /// (`FALLOC_FL_ZERO_RANGE`, extending the file unless `FALLOC_FL_KEEP_SIZE`).
+    pub fn fallocate(&self, ino: u64, offset: u64, length: u64, mode: i32) -> Result<()> {
+        let node = self.node(ino)?;
+        let end = offset
+            .checked_add(length)
+            .filter(|&e| e <= i64::MAX as u64)
+            .ok_or_else(|| FsError::Invalid("range overflows".into()))?;
+        let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
+        let zero_range = mode & libc::FALLOC_FL_ZERO_RANGE != 0;
+        let known =
+            libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE;
+        if mode & !known != 0 || (punch && zero_range) {
+            return Err(FsError::Unsupported("this fallocate mode"));
+        }
+        if punch && !keep_size {
+            return Err(FsError::Invalid("PUNCH_HOLE needs KEEP_SIZE".into()));
+        }
+        if punch || zero_range {
+            let size = node.state.lock().size;
+            // Zeros written through the normal path become holes (all-zero records).
+            let chunk = vec![0u8; 1 << 20];
+            let mut pos = offset;
+            while pos < end.min(size) {
+                let n = (end.min(size) - pos).min(chunk.len() as u64) as usize;
+                self.write(ino, pos, &chunk[..n])?;
+                pos += n as u64;
+            }
+        }
+        if !keep_size && end > node.state.lock().size {
+            self.truncate(&node, end)?;
+        }
+        Ok(())
+    }
+
+    /// `copy_file_range`: copies up to `len` bytes from `from` at `src` to `to` at `dst` (fewer
+    /// at the end of the source) through the record buffers, and returns how many it copied.
+    /// Overlapping ranges of one file are refused, as copy_file_range(2) does.
+    pub fn copy_range(&self, from: u64, src: u64, to: u64, dst: u64, len: u64) -> Result<u64> {
+        if from == to && src < dst.saturating_add(len) && dst < src.saturating_add(len) {
+            return Err(FsError::Invalid("overlapping copy within one file".into()));
+        }
+        let mut done = 0;
+        while done < len {
+            let want = (len - done).min(1 << 20) as u32;
+            let data = self.read(from, src + done, want)?;
+            if data.is_empty() {
+                break;
+            }
+            self.write(to, dst + done, &data)?;
+            done += data.len() as u64;
+        }
+        Ok(done)
+    }
+}
+
+fn completed(
+    pool: &Pool,
+    node: &FileNode,
+    budget: &Budget,
+    index: u64,
+    generation: u64,
+    data: Bytes,
+    encoded: &Encoded,
+) {
+    let (result, _pending) = pool.store_encoded(encoded);
+    let mut st = node.state.lock();
+    st.inflight -= 1;
+    let current = matches!(st.overlay.get(&index),
+        Some(Slot::Compressing { generation: g, .. }) if *g == generation);
+    let rs = st.recordsize as usize;
+    match result {
+        Ok(rec) if current => {
+            let op = match &rec {
+                Some(rec) => TxgOp::SetRecord {
+                    ino: node.ino,
+                    index,
+                    rec: rec.clone(),
+                },
+                None => TxgOp::ClearRecord {
+                    ino: node.ino,
+                    index,
+                },
+            };
+            st.overlay.insert(index, Slot::Stored { generation, rec });
+            st.queued_in = pool.txgs().queue(
+                op,
+                Some(OpTag {
+                    ino: node.ino,
+                    index,
+                    generation,
+                }),
+            );
+            budget.give(rs);
+        }
+        Ok(rec) => {
+            if let Some(rec) = rec {
+                pool.discard(&rec);
+            }
+            budget.give(rs);
+        }
+        Err(e) if current => {
+            // Keep the data (reads still see it) and retry at the next flush; the error is
+            // reported once to the next write, close or fsync of this file.
+            st.overlay.insert(
+                index,
+                Slot::Dirty {
+                    buf: data.to_vec(),
+                    touched: Instant::now(),
+                },
+            );
+            st.error = Some(e.errno());
+        }
+        Err(_) => budget.give(rs),
+    }
+    drop(st);
+    node.changed.notify_all();
+}
