@@ -11,6 +11,8 @@ use bytes::Bytes;
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::error::FsError;
+
 /// Cache key: segment and offset of the frame.
 pub type Key = (u64, u64);
 
@@ -21,7 +23,7 @@ enum Slot {
 
 #[derive(Default)]
 struct Pending {
-    done: Mutex<Option<Result<Bytes, i32>>>,
+    done: Mutex<Option<Result<Bytes, Arc<FsError>>>>,
     ready: Condvar,
 }
 
@@ -74,13 +76,13 @@ impl RecordCache {
         self.inner.lock().slots.contains_key(&key)
     }
 
-    /// The record at `key`, loading it with `load` on a miss. `load` returns an errno on failure;
-    /// failures are not cached.
+    /// The record at `key`, loading it with `load` on a miss. Failures are not cached; a load's
+    /// failure reaches every caller waiting for it as [`FsError::Shared`].
     pub fn get_or_load(
         &self,
         key: Key,
-        load: impl FnOnce() -> Result<Bytes, i32>,
-    ) -> Result<Bytes, i32> {
+        load: impl FnOnce() -> Result<Bytes, FsError>,
+    ) -> Result<Bytes, FsError> {
         let pending = {
             let mut inner = self.inner.lock();
             inner.clock += 1;
@@ -102,7 +104,10 @@ impl RecordCache {
                     while done.is_none() {
                         p.ready.wait(&mut done);
                     }
-                    return done.clone().expect("set before notify");
+                    return done
+                        .clone()
+                        .expect("set before notify")
+                        .map_err(FsError::Shared);
                 }
                 None => {
                     let p = Arc::new(Pending::default());
@@ -112,7 +117,7 @@ impl RecordCache {
                 }
             }
         };
-        let result = load();
+        let result = load().map_err(Arc::new);
         {
             let mut inner = self.inner.lock();
             match &result {
@@ -137,7 +142,7 @@ impl RecordCache {
         }
         *pending.done.lock() = Some(result.clone());
         pending.ready.notify_all();
-        result
+        result.map_err(FsError::Shared)
     }
 
     /// Drops the entry at `key` (its frame is gone).
@@ -202,7 +207,8 @@ mod tests {
     #[test]
     fn failures_are_reported_and_not_cached() {
         let cache = RecordCache::new(1000);
-        assert_eq!(cache.get_or_load((1, 0), || Err(5)), Err(5));
+        let failed = cache.get_or_load((1, 0), || Err(FsError::NoData));
+        assert!(matches!(failed, Err(FsError::Shared(e)) if matches!(*e, FsError::NoData)));
         assert!(!cache.contains((1, 0)));
         assert_eq!(
             *cache.get_or_load((1, 0), || Ok(vec![7].into())).unwrap(),

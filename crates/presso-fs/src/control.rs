@@ -91,7 +91,7 @@ fn handle(vfs: &Vfs, mountpoint: &Path, stream: UnixStream) {
         let _ = writeln!(out, "{v}");
     };
     let result = match serde_json::from_str::<Request>(&line) {
-        Err(e) => Err(FsError::Invalid(format!("bad request: {e}"))),
+        Err(e) => Err(FsError::Control(format!("bad request: {e}"))),
         Ok(request) => run(vfs, mountpoint, request, &mut |p| {
             send(json!({ "progress": p }))
         }),
@@ -116,7 +116,7 @@ fn run(
                 Some(mountpoint.display().to_string()),
             )?;
             serde_json::to_value(status)
-                .map_err(|e| FsError::Invalid(format!("cannot encode the reply: {e}")))
+                .map_err(|e| FsError::Control(format!("cannot encode the reply: {e}")))
         }
         // Through the file layer, so open files pick up the new value for their next records.
         Request::Set { ino, name, value } => {
@@ -139,7 +139,7 @@ pub fn run_offline(
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Value> {
     let to_value = |v: Result<Value, serde_json::Error>| {
-        v.map_err(|e| FsError::Invalid(format!("cannot encode the reply: {e}")))
+        v.map_err(|e| FsError::Control(format!("cannot encode the reply: {e}")))
     };
     match request {
         Request::Status => to_value(serde_json::to_value(Status::gather(pool, None, None)?)),

@@ -44,7 +44,7 @@ pub fn serve(
         let mountpoint = std::fs::canonicalize(mountpoint)
             .map_err(|e| FsError::io(format!("mount point {}", mountpoint.display()), e))?;
         if !mountpoint.is_dir() {
-            return Err(FsError::Invalid(format!(
+            return Err(FsError::Mount(format!(
                 "mount point {} is not a directory",
                 mountpoint.display()
             )));

@@ -43,15 +43,39 @@ pub enum FsError {
     /// The host file system under the pool is (nearly) full.
     #[error("the file system holding the pool is full; free space there and retry")]
     NoSpace,
-    /// Bad argument or unsupported request.
+    /// A property name or value that is not valid, or set where it cannot be.
     #[error("{0}")]
-    Invalid(String),
+    Property(String),
+    /// A request argument this file system refuses (`EINVAL`).
+    #[error("invalid argument: {0}")]
+    BadArgument(&'static str),
+    /// An offset or size past the largest file size (`EFBIG`).
+    #[error("file too large")]
+    FileTooLarge,
+    /// No data at or after the offset (`SEEK_DATA`/`SEEK_HOLE` past the end: `ENXIO`).
+    #[error("no data at or after that offset")]
+    NoData,
     /// Not supported by this file system.
     #[error("operation not supported: {0}")]
     Unsupported(&'static str),
-    /// A previous asynchronous write of this file failed (reported once, like Linux).
-    #[error("an earlier write of this file failed (errno {0})")]
-    Deferred(i32),
+    /// A previous asynchronous write of this file failed; reported once, like Linux.
+    #[error("an earlier write of this file failed: {0}")]
+    Deferred(std::sync::Arc<FsError>),
+    /// One failure seen by several requests (a record whose load they all waited for).
+    #[error("{0}")]
+    Shared(std::sync::Arc<FsError>),
+    /// The compression engine could not start with the pool's settings.
+    #[error("cannot start the compression engine: {0}")]
+    EngineStart(String),
+    /// The pool directory lacks a part every pool has.
+    #[error("not a complete pool: {0}")]
+    IncompletePool(String),
+    /// The mount itself cannot be made as asked.
+    #[error("{0}")]
+    Mount(String),
+    /// A control-socket request or reply that does not parse.
+    #[error("{0}")]
+    Control(String),
     /// The pool is closing: no more commits.
     #[error("the pool is closing")]
     Closing,
@@ -84,9 +108,15 @@ impl FsError {
             FsError::Store(e) => e.errno(),
             FsError::CorruptFrame { .. } | FsError::Misdirected { .. } => libc::EIO,
             FsError::NoSpace => libc::ENOSPC,
-            FsError::Invalid(_) => libc::EINVAL,
+            FsError::Property(_)
+            | FsError::BadArgument(_)
+            | FsError::Mount(_)
+            | FsError::Control(_) => libc::EINVAL,
+            FsError::FileTooLarge => libc::EFBIG,
+            FsError::NoData => libc::ENXIO,
             FsError::Unsupported(_) => libc::EOPNOTSUPP,
-            FsError::Deferred(errno) => *errno,
+            FsError::Deferred(e) | FsError::Shared(e) => e.errno(),
+            FsError::EngineStart(_) | FsError::IncompletePool(_) => libc::EIO,
             FsError::Closing => libc::EIO,
             FsError::Commit { source, .. } => source.errno(),
             FsError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),

@@ -128,7 +128,7 @@ impl Pool {
     /// [`props::normalize`].
     pub fn create(path: &Path, properties: &[(String, String)]) -> Result<()> {
         for (name, value) in properties {
-            props::normalize(name, value).map_err(FsError::Invalid)?;
+            props::normalize(name, value).map_err(FsError::Property)?;
         }
         let dir = FsDir::create_all(path)
             .map_err(|e| FsError::io(format!("cannot create {}", path.display()), e))?;
@@ -147,7 +147,7 @@ impl Pool {
             .iter()
             .map(|(name, value)| Ok((name.clone(), props::normalize(name, value)?)))
             .collect::<std::result::Result<Vec<_>, String>>()
-            .map_err(FsError::Invalid)?;
+            .map_err(FsError::Property)?;
         let creation: BTreeMap<String, String> = properties.iter().cloned().collect();
         let store = Store::create(dir, creation, StoreConfig::default())?;
         meta.init()?;
@@ -172,8 +172,8 @@ impl Pool {
         })?;
         let meta_path = path.join(META_FILE);
         if !meta_path.exists() {
-            return Err(FsError::Invalid(format!(
-                "{} has no {META_FILE}: not a complete pool",
+            return Err(FsError::IncompletePool(format!(
+                "{} has no {META_FILE}",
                 path.display()
             )));
         }
@@ -207,14 +207,14 @@ impl Pool {
 
         let offload = pool_prop(&meta, props::OFFLOAD)?
             .parse::<Offload>()
-            .map_err(FsError::Invalid)?;
+            .map_err(FsError::Property)?;
         let engine = Engine::new(EngineConfig {
             workers: options.workers.max(1),
             queue_depth: options.workers.max(1) * 8,
             offload,
             ..EngineConfig::default()
         })
-        .map_err(|e| FsError::Invalid(e.to_string()))?;
+        .map_err(|e| FsError::EngineStart(e.to_string()))?;
 
         let pool = Arc::new(Pool {
             store,
@@ -286,7 +286,7 @@ impl Pool {
 
     /// Effective value of a property and the inode it comes from (`None` = the default).
     pub fn get_prop(&self, ino: u64, name: &str) -> Result<(String, Option<u64>)> {
-        let info = props::info(name).map_err(FsError::Invalid)?;
+        let info = props::info(name).map_err(FsError::Property)?;
         Ok(match self.meta.get_prop_effective(ino, name)? {
             Some(p) => (p.value, Some(p.source)),
             None => (info.default.to_string(), None),
@@ -296,9 +296,9 @@ impl Pool {
     /// Sets a property on a directory or the pool (inode 0) after checking it; returns the value
     /// in canonical spelling. Affects new writes only.
     pub fn set_prop(&self, ino: u64, name: &str, value: &str) -> Result<String> {
-        let value = props::normalize(name, value).map_err(FsError::Invalid)?;
+        let value = props::normalize(name, value).map_err(FsError::Property)?;
         if ino != POOL_INO && self.meta.getattr(ino)?.kind != presso_meta::FileKind::Dir {
-            return Err(FsError::Invalid(format!(
+            return Err(FsError::Property(format!(
                 "properties are set on directories (and inherited below them); inode {ino} is not a directory"
             )));
         }
@@ -503,7 +503,7 @@ fn refresh_live(store: &Store, meta: &MetaStore) -> Result<()> {
 }
 
 fn pool_prop(meta: &MetaStore, name: &str) -> Result<String> {
-    let info = props::info(name).map_err(FsError::Invalid)?;
+    let info = props::info(name).map_err(FsError::Property)?;
     Ok(meta
         .get_prop(POOL_INO, name)?
         .unwrap_or_else(|| info.default.to_string()))

@@ -2,12 +2,15 @@
 //! watermark; and the budget of record buffers.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 use presso_codec::{CodecSpec, JobOptions};
 use presso_meta::{RecordRef, Timespec};
+
+use crate::error::FsError;
 
 pub(super) enum Slot {
     /// Being assembled by writes; not yet submitted.
@@ -36,7 +39,7 @@ pub(super) struct FileState {
     pub(super) cleared_from: Option<(u64, u64)>,
     pub(super) next_generation: u64,
     pub(super) inflight: usize,
-    pub(super) error: Option<i32>,
+    pub(super) error: Option<Arc<FsError>>,
     pub(super) size_dirty: bool,
     /// Newest transaction group holding an op of this file; the node stays until it commits.
     pub(super) queued_in: u64,

@@ -149,9 +149,7 @@ impl Vfs {
                 .spawn(move || {
                     for (ino, index, rec) in rx {
                         let key = (rec.segment, rec.offset);
-                        let _ = cache.get_or_load(key, || {
-                            pool.read_record(ino, index, &rec).map_err(|e| e.errno())
-                        });
+                        let _ = cache.get_or_load(key, || pool.read_record(ino, index, &rec));
                     }
                 });
         }
@@ -188,7 +186,7 @@ impl Vfs {
         match attr.kind {
             FileKind::File => {}
             FileKind::Dir => return Err(MetaError::IsDir.into()),
-            _ => return Err(FsError::Invalid("not a regular file".into())),
+            _ => return Err(FsError::BadArgument("not a regular file")),
         }
         // A file's record size is fixed (stored as its own property) at its first write, so
         // later property changes never change how its records map to offsets. Until then it
@@ -198,7 +196,7 @@ impl Vfs {
             None => (self.pool.prop(ino, props::RECORDSIZE)?, false),
         };
         let recordsize =
-            crate::units::parse_recordsize(&recordsize).map_err(FsError::Invalid)? as u64;
+            crate::units::parse_recordsize(&recordsize).map_err(FsError::Property)? as u64;
         let node = Arc::new(FileNode {
             ino,
             state: Mutex::new(FileState {
@@ -239,8 +237,8 @@ impl Vfs {
         let Some(node) = self.files.lock().get(&ino).cloned() else {
             return Ok(());
         };
-        if let Some(errno) = node.state.lock().error.take() {
-            return Err(FsError::Deferred(errno));
+        if let Some(error) = node.state.lock().error.take() {
+            return Err(FsError::Deferred(error));
         }
         self.submit_dirty(&node);
         Ok(())
@@ -272,8 +270,8 @@ impl Vfs {
         if let Some(node) = self.files.lock().get(&ino).cloned() {
             self.submit_dirty(&node);
             let mut st = wait_compressed(&node);
-            if let Some(errno) = st.error.take() {
-                return Err(FsError::Deferred(errno));
+            if let Some(error) = st.error.take() {
+                return Err(FsError::Deferred(error));
             }
             if st.size_dirty {
                 self.queue_size(&node, &mut st);

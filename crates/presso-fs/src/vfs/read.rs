@@ -105,15 +105,9 @@ impl Vfs {
             return self.pool.read_record(ino, index, rec);
         }
         let attempt = |rec: &RecordRef| {
-            let mut error = None;
-            let result = self.cache.get_or_load((rec.segment, rec.offset), || {
-                self.pool.read_record(ino, index, rec).map_err(|e| {
-                    let errno = e.errno();
-                    error = Some(e);
-                    errno
-                })
-            });
-            result.map_err(|errno| error.unwrap_or(FsError::Deferred(errno)))
+            self.cache.get_or_load((rec.segment, rec.offset), || {
+                self.pool.read_record(ino, index, rec)
+            })
         };
         match attempt(rec) {
             Ok(data) => Ok(data),
@@ -153,7 +147,7 @@ impl Vfs {
             (st.size, st.recordsize, overlay, cleared)
         };
         if offset >= size {
-            return Err(FsError::Deferred(libc::ENXIO));
+            return Err(FsError::NoData);
         }
         let first = offset / rs;
         let mut data: BTreeMap<u64, bool> = self
@@ -170,7 +164,7 @@ impl Vfs {
                 let found = data.iter().find(|(i, d)| **i >= first && **d);
                 match found {
                     Some((i, _)) if *i < records => Ok(offset.max(i * rs)),
-                    _ => Err(FsError::Deferred(libc::ENXIO)),
+                    _ => Err(FsError::NoData),
                 }
             }
             libc::SEEK_HOLE => {
@@ -180,8 +174,8 @@ impl Vfs {
                 }
                 Ok(offset.max(i * rs).min(size))
             }
-            _ => Err(FsError::Invalid(
-                "whence must be SEEK_DATA or SEEK_HOLE".into(),
+            _ => Err(FsError::BadArgument(
+                "whence must be SEEK_DATA or SEEK_HOLE",
             )),
         }
     }

@@ -22,13 +22,13 @@ impl Vfs {
         let end = offset
             .checked_add(data.len() as u64)
             .filter(|&e| e <= i64::MAX as u64)
-            .ok_or_else(|| FsError::Invalid("write past the largest file size".into()))?;
+            .ok_or(FsError::FileTooLarge)?;
         self.budget.wait_for_room();
         let node = self.node(ino)?;
         let jobs = {
             let mut st = node.state.lock();
-            if let Some(errno) = st.error.take() {
-                return Err(FsError::Deferred(errno));
+            if let Some(error) = st.error.take() {
+                return Err(FsError::Deferred(error));
             }
             let rs = st.recordsize;
             let mut jobs = Vec::new();
@@ -189,17 +189,17 @@ impl Vfs {
             .pool
             .prop(ino, props::COMPRESSION)?
             .parse()
-            .map_err(|e: presso_codec::SpecError| FsError::Invalid(e.to_string()))?;
+            .map_err(|e: presso_codec::SpecError| FsError::Property(e.to_string()))?;
         let threshold = self
             .pool
             .prop(ino, props::THRESHOLD)?
             .parse()
-            .map_err(|e: presso_codec::ThresholdError| FsError::Invalid(e.to_string()))?;
+            .map_err(|e: presso_codec::ThresholdError| FsError::Property(e.to_string()))?;
         let offload = self
             .pool
             .prop(ino, props::OFFLOAD)?
             .parse::<Offload>()
-            .map_err(FsError::Invalid)?;
+            .map_err(FsError::Property)?;
         let options = JobOptions {
             threshold,
             offload: offload != Offload::Off,
@@ -228,7 +228,7 @@ impl Vfs {
 
     pub(super) fn truncate(&self, node: &Arc<FileNode>, size: u64) -> Result<()> {
         if size > i64::MAX as u64 {
-            return Err(FsError::Invalid("size too large".into()));
+            return Err(FsError::FileTooLarge);
         }
         let mut st = node.state.lock();
         let rs = st.recordsize;
@@ -291,7 +291,7 @@ impl Vfs {
         let end = offset
             .checked_add(length)
             .filter(|&e| e <= i64::MAX as u64)
-            .ok_or_else(|| FsError::Invalid("range overflows".into()))?;
+            .ok_or(FsError::FileTooLarge)?;
         let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
         let zero_range = mode & libc::FALLOC_FL_ZERO_RANGE != 0;
@@ -301,7 +301,7 @@ impl Vfs {
             return Err(FsError::Unsupported("this fallocate mode"));
         }
         if punch && !keep_size {
-            return Err(FsError::Invalid("PUNCH_HOLE needs KEEP_SIZE".into()));
+            return Err(FsError::BadArgument("PUNCH_HOLE needs KEEP_SIZE"));
         }
         if punch || zero_range {
             let size = node.state.lock().size;
@@ -325,7 +325,7 @@ impl Vfs {
     /// Overlapping ranges of one file are refused, as copy_file_range(2) does.
     pub fn copy_range(&self, from: u64, src: u64, to: u64, dst: u64, len: u64) -> Result<u64> {
         if from == to && src < dst.saturating_add(len) && dst < src.saturating_add(len) {
-            return Err(FsError::Invalid("overlapping copy within one file".into()));
+            return Err(FsError::BadArgument("overlapping copy within one file"));
         }
         let mut done = 0;
         while done < len {
@@ -396,7 +396,7 @@ fn completed(
                     touched: Instant::now(),
                 },
             );
-            st.error = Some(e.errno());
+            st.error = Some(Arc::new(e));
         }
         Err(_) => budget.give(rs),
     }
