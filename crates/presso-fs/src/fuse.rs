@@ -5,7 +5,6 @@
 //! copy into record buffers); reads, fsync and flushes that may wait go to a small thread pool
 //! with their reply, so one slow decode never stalls the mount.
 
-use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -18,10 +17,10 @@ use fuser::{
     ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
     ReplyXattr, Request, TimeOrNow,
 };
-use presso_meta::{Attr, FileKind, SetAttr, Timespec, ROOT_INO};
+use presso_meta::{Attr, FileKind, SetAttr, Timespec};
 
 use crate::error::FsError;
-use crate::vfs::Vfs;
+use crate::vfs::{Caller, Vfs};
 
 const TTL: Duration = Duration::from_secs(1);
 /// INIT flag of protocol 7.33 (the FUSE library here speaks 7.31, whose flag word already has
@@ -37,18 +36,6 @@ type Task = Box<dyn FnOnce() + Send>;
 pub struct PressoFs {
     vfs: Arc<Vfs>,
     tasks: Sender<Task>,
-    dirs: HashMap<u64, DirListing>,
-    next_dir: u64,
-}
-
-/// Where the listing of one open directory stands. Each offset (cookie) handed to the kernel
-/// names the entry it resumes after, so entries removed meanwhile do not shift the rest:
-/// resuming by position skipped entries never returned when a program unlinked entries as it
-/// read them. Holds the names of one pass over the directory.
-#[derive(Default)]
-struct DirListing {
-    after: HashMap<i64, Vec<u8>>,
-    next_cookie: i64,
 }
 
 impl PressoFs {
@@ -67,12 +54,7 @@ impl PressoFs {
                     }
                 });
         }
-        PressoFs {
-            vfs,
-            tasks: tx,
-            dirs: HashMap::new(),
-            next_dir: 1,
-        }
+        PressoFs { vfs, tasks: tx }
     }
 
     fn spawn(&self, task: impl FnOnce(Arc<Vfs>) + Send + 'static) {
@@ -176,6 +158,10 @@ fn file_attr(a: &Attr) -> FileAttr {
     }
 }
 
+fn caller(req: &Request<'_>) -> Caller {
+    Caller { uid: req.uid() }
+}
+
 fn errno(e: &FsError) -> i32 {
     e.errno()
 }
@@ -250,7 +236,7 @@ impl Filesystem for PressoFs {
         _flags: Option<u32>,
         reply: ReplyAttr,
     ) {
-        let mut set = SetAttr {
+        let set = SetAttr {
             mode,
             uid,
             gid,
@@ -258,15 +244,7 @@ impl Filesystem for PressoFs {
             atime: atime.map(time_or_now),
             mtime: mtime.map(time_or_now),
         };
-        // A chown drops privileges for everyone, a truncate for callers without CAP_FSETID
-        // (the library does not pass the kernel's FATTR_KILL_SUIDGID; root stands in for it).
-        let drops_privileges = uid.is_some() || gid.is_some() || (size.is_some() && req.uid() != 0);
-        if drops_privileges {
-            if let Err(e) = self.vfs.drop_privileges(ino, &mut set) {
-                return reply.error(errno(&e));
-            }
-        }
-        attr(reply, self.vfs.setattr(ino, set))
+        attr(reply, self.vfs.setattr_by(ino, set, caller(req)))
     }
 
     fn readlink(&mut self, _req: &Request<'_>, ino: u64, reply: ReplyData) {
@@ -469,10 +447,7 @@ impl Filesystem for PressoFs {
     }
 
     fn opendir(&mut self, _req: &Request<'_>, _ino: u64, _flags: i32, reply: ReplyOpen) {
-        let fh = self.next_dir;
-        self.next_dir += 1;
-        self.dirs.insert(fh, DirListing::default());
-        reply.opened(fh, 0);
+        reply.opened(self.vfs.opendir(), 0);
     }
 
     fn releasedir(
@@ -483,7 +458,7 @@ impl Filesystem for PressoFs {
         _flags: i32,
         reply: ReplyEmpty,
     ) {
-        self.dirs.remove(&fh);
+        self.vfs.releasedir(fh);
         reply.ok();
     }
 
@@ -495,59 +470,14 @@ impl Filesystem for PressoFs {
         offset: i64,
         mut reply: ReplyDirectory,
     ) {
-        // Offsets: 1 = after ".", 2 = after "..", from 3 on cookies of the open directory's
-        // listing, each resuming after the name it was handed out with (see DirListing).
-        let vfs = &self.vfs;
-        let listing = self.dirs.entry(fh).or_default();
-        if offset < 1 {
-            // From the start (again): a new pass.
-            *listing = DirListing::default();
-            if reply.add(ino, 1, FileType::Directory, ".") {
-                return reply.ok();
-            }
-        }
-        if offset < 2 {
-            let parent = if ino == ROOT_INO {
-                ROOT_INO
-            } else {
-                vfs.dir_parent(ino).unwrap_or(ROOT_INO)
-            };
-            if reply.add(parent, 2, FileType::Directory, "..") {
-                return reply.ok();
-            }
-        }
-        let mut after = if offset <= 2 {
-            None
-        } else {
-            match listing.after.get(&offset) {
-                Some(name) => Some(name.clone()),
-                None => return reply.error(libc::EINVAL),
-            }
-        };
-        listing.next_cookie = listing.next_cookie.max(3);
-        loop {
-            let batch = match vfs.readdir(ino, after.as_deref(), 512) {
-                Ok(b) => b,
-                Err(e) => return reply.error(errno(&e)),
-            };
-            if batch.is_empty() {
-                return reply.ok();
-            }
-            for entry in &batch {
-                let cookie = listing.next_cookie;
-                listing.next_cookie += 1;
-                listing.after.insert(cookie, entry.name.clone());
-                let full = reply.add(
-                    entry.ino,
-                    cookie,
-                    kind(entry.kind),
-                    OsStr::from_bytes(&entry.name),
-                );
-                if full {
-                    return reply.ok();
-                }
-            }
-            after = batch.last().map(|e| e.name.clone());
+        let listed = self
+            .vfs
+            .readdir_from(ino, fh, offset, |ino, cookie, k, name| {
+                reply.add(ino, cookie, kind(k), OsStr::from_bytes(name))
+            });
+        match listed {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
         }
     }
 
@@ -652,7 +582,7 @@ impl Filesystem for PressoFs {
         if offset < 0 || length <= 0 {
             return reply.error(libc::EINVAL);
         }
-        if req.uid() != 0 {
+        if !caller(req).is_root() {
             if let Err(e) = self.vfs.drop_privileges_now(ino) {
                 return reply.error(errno(&e));
             }

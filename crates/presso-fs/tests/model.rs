@@ -6,7 +6,7 @@
 //! On a mismatch the test prints the configuration, the seed, the failing step and the
 //! operation log shrunk to a minimal failing sequence, and how to replay it.
 //!
-//! - `PRESSO_MODEL_OPS=N`: operations per configuration (default 4,000: about 60,000 per run).
+//! - `PRESSO_MODEL_OPS=N`: operations per configuration (default 14,000: 210,000 per run).
 //! - `PRESSO_MODEL_SEED=S`: run only seed `S` (default: a fixed seed per configuration, plus
 //!   one more derived from the clock, printed so a failure can be replayed).
 
@@ -560,7 +560,7 @@ fn ops_per_config() -> usize {
     std::env::var("PRESSO_MODEL_OPS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(4000)
+        .unwrap_or(14_000)
 }
 
 fn run_config(index: usize) {

@@ -32,7 +32,7 @@ use parking_lot::{Condvar, Mutex};
 use presso_codec::{CodecSpec, Encoded, JobOptions, Offload, Record};
 use presso_meta::{
     Attr, DirEntry, FileKind, LinkFate, MetaError, NewNode, RecordRef, SetAttr, Timespec, TxgOp,
-    Unlinked, XattrFlags,
+    Unlinked, XattrFlags, ROOT_INO,
 };
 
 use crate::cache::{CacheStats, RecordCache};
@@ -49,6 +49,31 @@ mod write;
 
 use background::flusher;
 use file::{wait_compressed, Budget, FileNode, FileState, Slot, CLEARING};
+
+/// Who makes a request, where the rules depend on it (privilege dropping).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caller {
+    /// The caller's user id.
+    pub uid: u32,
+}
+
+impl Caller {
+    /// Root (stands in for CAP_FSETID, which the FUSE protocol does not pass).
+    pub const ROOT: Caller = Caller { uid: 0 };
+
+    /// Whether the caller is root.
+    pub fn is_root(self) -> bool {
+        self.uid == 0
+    }
+}
+
+/// Where the listing of one open directory stands: the name each cookie handed to the kernel
+/// resumes after. Holds the names of one pass over the directory.
+#[derive(Default)]
+struct DirListing {
+    after: HashMap<i64, Vec<u8>>,
+    next_cookie: i64,
+}
 
 /// Settings of the file layer.
 #[derive(Debug, Clone)]
@@ -99,6 +124,7 @@ pub struct Vfs {
     pool: Arc<Pool>,
     files: Mutex<HashMap<u64, Arc<FileNode>>>,
     handles: Mutex<HashMap<u64, u64>>,
+    listings: Mutex<HashMap<u64, DirListing>>,
     next_fh: AtomicU64,
     cache: Arc<RecordCache>,
     budget: Arc<Budget>,
@@ -130,6 +156,7 @@ impl Vfs {
             pool: pool.clone(),
             files: Mutex::new(HashMap::new()),
             handles: Mutex::new(HashMap::new()),
+            listings: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             config,
             readahead: tx,

@@ -212,9 +212,17 @@ impl Vfs {
     /// marks mandatory locking and stays), and the file capability `security.capability`, which
     /// goes at once. The mount negotiates FUSE_HANDLE_KILLPRIV_V2, so the kernel leaves this to
     /// the file system instead of asking for `security.capability` before every write.
-    pub fn drop_privileges(&self, ino: u64, set: &mut SetAttr) -> Result<()> {
+    ///
+    /// A chown clears them on every kind but directories (`any_kind`), as Linux does; a write or
+    /// truncate on regular files only.
+    pub fn drop_privileges(&self, ino: u64, set: &mut SetAttr, any_kind: bool) -> Result<()> {
         let attr = self.pool.getattr(ino)?;
-        if attr.kind != FileKind::File {
+        let applies = match attr.kind {
+            FileKind::File => true,
+            FileKind::Dir => false,
+            _ => any_kind,
+        };
+        if !applies {
             return Ok(());
         }
         let mode = set.mode.unwrap_or(attr.mode);
@@ -237,14 +245,98 @@ impl Vfs {
         }
     }
 
+    /// Changes attributes for `caller`: a chown drops privileges for everyone, a truncate for
+    /// callers without CAP_FSETID (the FUSE library does not pass the kernel's
+    /// FATTR_KILL_SUIDGID; root stands in for it). See [`Vfs::drop_privileges`].
+    pub fn setattr_by(&self, ino: u64, mut set: SetAttr, caller: Caller) -> Result<Attr> {
+        let chown = set.uid.is_some() || set.gid.is_some();
+        if chown || (set.size.is_some() && !caller.is_root()) {
+            self.drop_privileges(ino, &mut set, chown)?;
+        }
+        self.setattr(ino, set)
+    }
+
     /// [`Vfs::drop_privileges`] on its own, for a write or an fallocate.
     pub fn drop_privileges_now(&self, ino: u64) -> Result<()> {
         let mut set = SetAttr::default();
-        self.drop_privileges(ino, &mut set)?;
+        self.drop_privileges(ino, &mut set, false)?;
         if set.mode.is_some() {
             self.setattr(ino, set)?;
         }
         Ok(())
+    }
+
+    // ---- directory listings
+
+    /// Opens a directory for listing; the handle keeps its cookies.
+    pub fn opendir(&self) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.listings.lock().insert(fh, DirListing::default());
+        fh
+    }
+
+    /// Closes a directory handle.
+    pub fn releasedir(&self, fh: u64) {
+        self.listings.lock().remove(&fh);
+    }
+
+    /// Lists directory `ino` through handle `fh` from `offset` (0 = the start, a new pass),
+    /// calling `add(ino, cookie, kind, name)` for each entry until it returns `true` (the reply
+    /// is full). Cookies 1 and 2 are `.` and `..`; from 3 on, each names the entry it resumes
+    /// after, so entries removed meanwhile do not shift the rest (resuming by position skipped
+    /// entries when a program unlinked entries as it read them).
+    pub fn readdir_from(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: i64,
+        mut add: impl FnMut(u64, i64, FileKind, &[u8]) -> bool,
+    ) -> Result<()> {
+        let mut listings = self.listings.lock();
+        let listing = listings.entry(fh).or_default();
+        if offset < 1 {
+            *listing = DirListing::default();
+            if add(ino, 1, FileKind::Dir, b".") {
+                return Ok(());
+            }
+        }
+        if offset < 2 {
+            let parent = if ino == ROOT_INO {
+                ROOT_INO
+            } else {
+                self.dir_parent(ino).unwrap_or(ROOT_INO)
+            };
+            if add(parent, 2, FileKind::Dir, b"..") {
+                return Ok(());
+            }
+        }
+        let mut after = if offset <= 2 {
+            None
+        } else {
+            Some(
+                listing
+                    .after
+                    .get(&offset)
+                    .cloned()
+                    .ok_or(FsError::BadArgument("unknown directory offset"))?,
+            )
+        };
+        listing.next_cookie = listing.next_cookie.max(3);
+        loop {
+            let batch = self.readdir(ino, after.as_deref(), 512)?;
+            if batch.is_empty() {
+                return Ok(());
+            }
+            for entry in &batch {
+                let cookie = listing.next_cookie;
+                listing.next_cookie += 1;
+                listing.after.insert(cookie, entry.name.clone());
+                if add(entry.ino, cookie, entry.kind, &entry.name) {
+                    return Ok(());
+                }
+            }
+            after = batch.last().map(|e| e.name.clone());
+        }
     }
 
     // ---- properties
