@@ -16,8 +16,6 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::segment::{parse_segment_file_name, segment_file_name};
-
 /// One file, read and written by position. All methods take `&self`: many readers may call
 /// [`Storage::read_at`] while one writer appends.
 pub trait Storage: Send + Sync {
@@ -383,4 +381,19 @@ fn read_pid(file: &File) -> Option<u32> {
         }
     }
     std::str::from_utf8(&buf[..n]).ok()?.trim().parse().ok()
+}
+
+/// File name of segment `number`.
+pub fn segment_file_name(number: u64) -> String {
+    format!("seg-{number}.dat")
+}
+
+/// The number in a segment file name, or `None` if `name` is not one (canonical decimal only).
+pub fn parse_segment_file_name(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("seg-")?.strip_suffix(".dat")?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    (n.to_string() == digits).then_some(n)
 }

@@ -31,6 +31,7 @@ use std::io;
 use crate::error::Result;
 use crate::header::{u16_at, u32_at, u64_at};
 use crate::io::Storage;
+pub use crate::io::{parse_segment_file_name, segment_file_name};
 use crate::StoreError;
 
 /// Magic of a segment header.
@@ -56,21 +57,6 @@ const SEG_OFF_RESERVED2: usize = 36;
 const ENT_OFF_LEN: usize = 4;
 const ENT_OFF_PAYLOAD_CRC: usize = 8;
 const ENT_OFF_HEADER_CRC: usize = 12;
-
-/// File name of segment `number`.
-pub fn segment_file_name(number: u64) -> String {
-    format!("seg-{number}.dat")
-}
-
-/// The number in a segment file name, or `None` if `name` is not one (canonical decimal only).
-pub fn parse_segment_file_name(name: &str) -> Option<u64> {
-    let digits = name.strip_prefix("seg-")?.strip_suffix(".dat")?;
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let n: u64 = digits.parse().ok()?;
-    (n.to_string() == digits).then_some(n)
-}
 
 /// Why an entry envelope does not verify. Offsets are relative to the entry's start.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
