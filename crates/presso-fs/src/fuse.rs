@@ -17,7 +17,7 @@ use fuser::{
     ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
     ReplyXattr, Request, TimeOrNow,
 };
-use presso_meta::{Attr, FileKind, SetAttr, Timespec};
+use presso_meta::{Attr, FileKind, NewNode, SetAttr, Timespec};
 
 use crate::error::FsError;
 use crate::vfs::{Caller, Vfs};
@@ -273,18 +273,11 @@ impl Filesystem for PressoFs {
             _ => return reply.error(libc::EINVAL),
         };
         let perm = mode & 0o7777 & !umask;
-        entry(
-            reply,
-            self.vfs.mknod(
-                parent,
-                name.as_bytes(),
-                k,
-                perm,
-                req.uid(),
-                req.gid(),
-                rdev.into(),
-            ),
-        )
+        let node = NewNode::special(k, perm, req.uid(), req.gid(), rdev.into());
+        let made = node
+            .map_err(FsError::from)
+            .and_then(|node| self.vfs.make_node(parent, name.as_bytes(), &node));
+        entry(reply, made)
     }
 
     fn mkdir(
@@ -296,12 +289,8 @@ impl Filesystem for PressoFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let perm = mode & 0o7777 & !umask;
-        entry(
-            reply,
-            self.vfs
-                .mkdir(parent, name.as_bytes(), perm, req.uid(), req.gid()),
-        )
+        let node = NewNode::dir(mode & 0o7777 & !umask, req.uid(), req.gid());
+        entry(reply, self.vfs.make_node(parent, name.as_bytes(), &node))
     }
 
     fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
@@ -320,15 +309,10 @@ impl Filesystem for PressoFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        let node = NewNode::symlink(target.as_os_str().as_bytes(), req.uid(), req.gid());
         entry(
             reply,
-            self.vfs.symlink(
-                parent,
-                link_name.as_bytes(),
-                target.as_os_str().as_bytes(),
-                req.uid(),
-                req.gid(),
-            ),
+            self.vfs.make_node(parent, link_name.as_bytes(), &node),
         )
     }
 
@@ -558,10 +542,10 @@ impl Filesystem for PressoFs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        let perm = mode & 0o7777 & !umask;
+        let node = NewNode::file(mode & 0o7777 & !umask, req.uid(), req.gid());
         let result = self
             .vfs
-            .create(parent, name.as_bytes(), perm, req.uid(), req.gid())
+            .make_node(parent, name.as_bytes(), &node)
             .and_then(|a| Ok((self.vfs.open(a.ino)?, a)));
         match result {
             Ok((fh, a)) => reply.created(&TTL, &file_attr(&a), 0, fh, 0),

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use presso_fs::maintenance;
 use presso_fs::pool::{Pool, PoolOptions};
 use presso_fs::vfs::{Vfs, VfsConfig};
-use presso_meta::ROOT_INO;
+use presso_meta::{NewNode, ROOT_INO};
 
 fn fixture_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pool-v1")
@@ -65,11 +65,17 @@ fn write_fixture(dir: &Path) {
     let mut dirs = std::collections::HashMap::new();
     for (d, name, compression, data) in files() {
         let dino = *dirs.entry(d).or_insert_with(|| {
-            let ino = vfs.mkdir(ROOT_INO, d.as_bytes(), 0o755, 0, 0).unwrap().ino;
+            let ino = vfs
+                .make_node(ROOT_INO, d.as_bytes(), &NewNode::dir(0o755, 0, 0))
+                .unwrap()
+                .ino;
             vfs.set_prop(ino, "compression", compression).unwrap();
             ino
         });
-        let ino = vfs.create(dino, name.as_bytes(), 0o644, 0, 0).unwrap().ino;
+        let ino = vfs
+            .make_node(dino, name.as_bytes(), &NewNode::file(0o644, 0, 0))
+            .unwrap()
+            .ino;
         let fh = vfs.open(ino).unwrap();
         vfs.write(ino, 0, &data).unwrap();
         vfs.release(ino, fh).unwrap();
@@ -77,7 +83,7 @@ fn write_fixture(dir: &Path) {
     let gz = vfs.lookup(ROOT_INO, b"gz").unwrap().ino;
     let text = vfs.lookup(gz, b"text.txt").unwrap().ino;
     vfs.link(text, ROOT_INO, b"hardlink.txt").unwrap();
-    vfs.symlink(ROOT_INO, b"link", b"gz/text.txt", 0, 0)
+    vfs.make_node(ROOT_INO, b"link", &NewNode::symlink(b"gz/text.txt", 0, 0))
         .unwrap();
     vfs.setxattr(text, b"user.origin", b"fixture v1", 0)
         .unwrap();

@@ -5,10 +5,15 @@
 mod sim;
 
 use presso_fs::vfs::Caller;
-use presso_meta::{FileKind, SetAttr, ROOT_INO};
+use presso_meta::{FileKind, NewNode, SetAttr, ROOT_INO};
 use sim::{Fs, CONFIGS};
 
 const SUID_SGID: u32 = 0o6755;
+
+/// A node of `kind` owned by user 1000.
+fn special(kind: FileKind, mode: u32) -> NewNode {
+    NewNode::special(kind, mode, 1000, 1000, 0).unwrap()
+}
 
 fn chown_to(uid: u32) -> SetAttr {
     SetAttr {
@@ -30,7 +35,7 @@ fn chown_clears_suid_and_sgid_on_every_kind_but_directories() {
     ];
     for (name, kind) in kinds {
         let node = vfs
-            .mknod(ROOT_INO, name, kind, SUID_SGID, 1000, 1000, 0)
+            .make_node(ROOT_INO, name, &special(kind, SUID_SGID))
             .unwrap();
         let after = vfs
             .setattr_by(node.ino, chown_to(1001), Caller { uid: 1000 })
@@ -38,7 +43,9 @@ fn chown_clears_suid_and_sgid_on_every_kind_but_directories() {
         assert_eq!(after.mode & 0o7777, 0o755, "{kind:?}");
         assert_eq!(after.uid, 1001);
     }
-    let dir = vfs.mkdir(ROOT_INO, b"dir", SUID_SGID, 1000, 1000).unwrap();
+    let dir = vfs
+        .make_node(ROOT_INO, b"dir", &NewNode::dir(SUID_SGID, 1000, 1000))
+        .unwrap();
     let after = vfs
         .setattr_by(dir.ino, chown_to(1001), Caller { uid: 1000 })
         .unwrap();
@@ -54,7 +61,7 @@ fn sgid_without_group_execute_survives_a_chown() {
     let fs = Fs::new(&CONFIGS[1]);
     let vfs = fs.vfs();
     let node = vfs
-        .mknod(ROOT_INO, b"fifo", FileKind::Fifo, 0o6745, 1000, 1000, 0)
+        .make_node(ROOT_INO, b"fifo", &special(FileKind::Fifo, 0o6745))
         .unwrap();
     let after = vfs
         .setattr_by(node.ino, chown_to(1001), Caller { uid: 1000 })
@@ -70,13 +77,15 @@ fn truncate_clears_privileges_for_other_callers_than_root() {
         size: Some(10),
         ..SetAttr::default()
     };
-    let by_root = vfs.create(ROOT_INO, b"root", SUID_SGID, 0, 0).unwrap();
+    let by_root = vfs
+        .make_node(ROOT_INO, b"root", &NewNode::file(SUID_SGID, 0, 0))
+        .unwrap();
     let after = vfs
         .setattr_by(by_root.ino, truncate.clone(), Caller::ROOT)
         .unwrap();
     assert_eq!(after.mode & 0o7777, SUID_SGID, "root keeps them");
     let by_user = vfs
-        .create(ROOT_INO, b"user", SUID_SGID, 1000, 1000)
+        .make_node(ROOT_INO, b"user", &NewNode::file(SUID_SGID, 1000, 1000))
         .unwrap();
     let after = vfs
         .setattr_by(by_user.ino, truncate, Caller { uid: 1000 })

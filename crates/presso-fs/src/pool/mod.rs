@@ -362,6 +362,17 @@ impl Pool {
 
     /// Reads the frame `rec` refers to and checks it is the one the metadata recorded.
     pub fn read_frame(&self, ino: u64, index: u64, rec: &RecordRef) -> Result<Vec<u8>> {
+        self.read_checked_frame(ino, index, rec)
+            .map(|(frame, _)| frame)
+    }
+
+    /// [`Pool::read_frame`] with the frame's parsed header, so decoding does not parse it again.
+    fn read_checked_frame(
+        &self,
+        ino: u64,
+        index: u64,
+        rec: &RecordRef,
+    ) -> Result<(Vec<u8>, FrameHeader)> {
         let frame = match &rec.inline {
             Some(frame) => frame.clone(),
             None => self.store.read(location(rec)).inspect_err(|_| {
@@ -369,7 +380,9 @@ impl Pool {
             })?,
         };
         match FrameHeader::parse(&frame) {
-            Ok(h) if h.stored_hash == rec.checksum && h.logical_len == rec.logical_len => Ok(frame),
+            Ok(h) if h.stored_hash == rec.checksum && h.logical_len == rec.logical_len => {
+                Ok((frame, h))
+            }
             Ok(_) => {
                 self.counters.corruptions.fetch_add(1, Ordering::Relaxed);
                 Err(FsError::Misdirected {
@@ -395,10 +408,10 @@ impl Pool {
     /// Reads and decodes record `index` of `ino` from `rec`, verifying every checksum.
     /// A record stored as-is is a view into the frame read from the store, not a copy.
     pub fn read_record(&self, ino: u64, index: u64, rec: &RecordRef) -> Result<Bytes> {
-        let frame = self.read_frame(ino, index, rec)?;
+        let (frame, header) = self.read_checked_frame(ino, index, rec)?;
         let data = self
             .engine
-            .decode_shared(Bytes::from(frame))
+            .decode_parsed_shared(&header, Bytes::from(frame))
             .map_err(|source| {
                 self.counters.corruptions.fetch_add(1, Ordering::Relaxed);
                 FsError::CorruptFrame {

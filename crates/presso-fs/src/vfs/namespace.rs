@@ -45,45 +45,9 @@ impl Vfs {
         Ok(self.with_live_size(attr))
     }
 
-    /// Creates a regular file.
-    pub fn create(&self, parent: u64, name: &[u8], mode: u32, uid: u32, gid: u32) -> Result<Attr> {
-        let node = NewNode::file(mode, uid, gid);
-        self.pool.make_node(parent, name, &node)
-    }
-
-    /// Creates a directory.
-    pub fn mkdir(&self, parent: u64, name: &[u8], mode: u32, uid: u32, gid: u32) -> Result<Attr> {
-        let node = NewNode::dir(mode, uid, gid);
-        self.pool.make_node(parent, name, &node)
-    }
-
-    /// Creates a device node, FIFO or socket (or a regular file).
-    #[allow(clippy::too_many_arguments)]
-    pub fn mknod(
-        &self,
-        parent: u64,
-        name: &[u8],
-        kind: FileKind,
-        mode: u32,
-        uid: u32,
-        gid: u32,
-        rdev: u64,
-    ) -> Result<Attr> {
-        let node = NewNode::special(kind, mode, uid, gid, rdev)?;
-        self.pool.make_node(parent, name, &node)
-    }
-
-    /// Creates a symbolic link.
-    pub fn symlink(
-        &self,
-        parent: u64,
-        name: &[u8],
-        target: &[u8],
-        uid: u32,
-        gid: u32,
-    ) -> Result<Attr> {
-        let node = NewNode::symlink(target, uid, gid);
-        self.pool.make_node(parent, name, &node)
+    /// Creates a file, directory, symbolic link, device node, FIFO or socket.
+    pub fn make_node(&self, parent: u64, name: &[u8], node: &NewNode) -> Result<Attr> {
+        self.pool.make_node(parent, name, node)
     }
 
     /// Reads a symbolic link.

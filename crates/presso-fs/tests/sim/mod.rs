@@ -14,7 +14,7 @@ use presso_fs::pool::{Pool, PoolOptions};
 use presso_fs::vfs::{Vfs, VfsConfig};
 use presso_fs::FsError;
 use presso_meta::memory::MemoryEngine;
-use presso_meta::{MetaStore, SetAttr, ROOT_INO};
+use presso_meta::{MetaStore, NewNode, SetAttr, ROOT_INO};
 use presso_store::SimDir;
 
 /// One pool configuration: codec, offload and record size.
@@ -164,7 +164,7 @@ impl Fs {
     pub fn create(&mut self, name_n: u8, id: u64) -> Result<(), String> {
         let attr = self
             .vfs()
-            .create(ROOT_INO, &name(name_n), 0o644, 0, 0)
+            .make_node(ROOT_INO, &name(name_n), &NewNode::file(0o644, 0, 0))
             .map_err(|e| fail("create", e))?;
         let fh = self.vfs().open(attr.ino).map_err(|e| fail("open", e))?;
         self.inos.insert(id, attr.ino);
@@ -173,7 +173,10 @@ impl Fs {
     }
 
     pub fn expect_create_exists(&mut self, name_n: u8) -> Result<(), String> {
-        match self.vfs().create(ROOT_INO, &name(name_n), 0o644, 0, 0) {
+        match self
+            .vfs()
+            .make_node(ROOT_INO, &name(name_n), &NewNode::file(0o644, 0, 0))
+        {
             Err(e) if e.errno() == libc::EEXIST => Ok(()),
             other => Err(format!(
                 "create of an existing name: {other:?}, expected EEXIST"
