@@ -391,12 +391,8 @@ impl Filesystem for PressoFs {
         if offset < 0 {
             return reply.error(libc::EINVAL);
         }
-        if write_flags & FUSE_WRITE_KILL_SUIDGID != 0 {
-            if let Err(e) = self.vfs.drop_privileges_now(ino) {
-                return reply.error(errno(&e));
-            }
-        }
-        match self.vfs.write(ino, offset as u64, data) {
+        let unprivileged = write_flags & FUSE_WRITE_KILL_SUIDGID != 0;
+        match self.vfs.write_by(ino, offset as u64, data, unprivileged) {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(&e)),
         }
@@ -566,15 +562,11 @@ impl Filesystem for PressoFs {
         if offset < 0 || length <= 0 {
             return reply.error(libc::EINVAL);
         }
-        if !caller(req).is_root() {
-            if let Err(e) = self.vfs.drop_privileges_now(ino) {
-                return reply.error(errno(&e));
-            }
-        }
+        let caller = caller(req);
         self.spawn(move |vfs| {
             empty(
                 reply,
-                vfs.fallocate(ino, offset as u64, length as u64, mode),
+                vfs.fallocate_by(ino, offset as u64, length as u64, mode, caller),
             )
         });
     }

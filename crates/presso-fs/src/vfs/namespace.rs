@@ -220,8 +220,38 @@ impl Vfs {
         self.setattr(ino, set)
     }
 
+    /// A write; `unprivileged`: the kernel flagged the writer as lacking CAP_FSETID, so the
+    /// file's privileges go first ([`Vfs::drop_privileges`]).
+    pub fn write_by(
+        &self,
+        ino: u64,
+        offset: u64,
+        data: &[u8],
+        unprivileged: bool,
+    ) -> Result<usize> {
+        if unprivileged {
+            self.drop_privileges_now(ino)?;
+        }
+        self.write(ino, offset, data)
+    }
+
+    /// An fallocate by `caller`: one other than root drops the file's privileges first.
+    pub fn fallocate_by(
+        &self,
+        ino: u64,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        caller: Caller,
+    ) -> Result<()> {
+        if !caller.is_root() {
+            self.drop_privileges_now(ino)?;
+        }
+        self.fallocate(ino, offset, length, mode)
+    }
+
     /// [`Vfs::drop_privileges`] on its own, for a write or an fallocate.
-    pub fn drop_privileges_now(&self, ino: u64) -> Result<()> {
+    fn drop_privileges_now(&self, ino: u64) -> Result<()> {
         let mut set = SetAttr::default();
         self.drop_privileges(ino, &mut set, false)?;
         if set.mode.is_some() {
