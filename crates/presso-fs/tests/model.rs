@@ -50,17 +50,13 @@ enum Op {
         offset: u64,
         len: u64,
     },
-    ZeroRange {
-        name: u8,
-        offset: u64,
-        len: u64,
-        keep_size: bool,
-    },
+    /// fallocate mode 0, or ZERO_RANGE (`zero`), with or without KEEP_SIZE.
     Allocate {
         name: u8,
         offset: u64,
         len: u64,
         keep_size: bool,
+        zero: bool,
     },
     CopyRange {
         from: u8,
@@ -197,17 +193,12 @@ fn generate(rng: &mut StdRng, config: &Config, count: usize) -> Vec<Op> {
                 offset: offset(rng),
                 len: len(rng),
             },
-            65 => Op::ZeroRange {
+            65..=66 => Op::Allocate {
                 name: name(rng),
                 offset: offset(rng),
                 len: len(rng),
                 keep_size: rng.gen(),
-            },
-            66 => Op::Allocate {
-                name: name(rng),
-                offset: offset(rng),
-                len: len(rng),
-                keep_size: rng.gen(),
+                zero: rng.gen(),
             },
             67..=68 => Op::CopyRange {
                 from: name(rng),
@@ -313,43 +304,29 @@ fn apply(fs: &mut Fs, m: &mut Model, op: &Op) -> Result<(), String> {
             )?;
             zero(m.files.get_mut(&id).unwrap(), offset, len);
         }
-        Op::ZeroRange {
-            name,
-            offset,
-            len,
-            keep_size,
-        } => {
-            let Some(&id) = m.names.get(&name) else {
-                return Ok(());
-            };
-            let keep = if keep_size {
-                libc::FALLOC_FL_KEEP_SIZE
-            } else {
-                0
-            };
-            fs.fallocate(id, offset, len, libc::FALLOC_FL_ZERO_RANGE | keep)?;
-            let buf = m.files.get_mut(&id).unwrap();
-            zero(buf, offset, len);
-            if !keep_size && buf.len() < (offset + len) as usize {
-                buf.resize((offset + len) as usize, 0);
-            }
-        }
         Op::Allocate {
             name,
             offset,
             len,
             keep_size,
+            zero: zero_range,
         } => {
             let Some(&id) = m.names.get(&name) else {
                 return Ok(());
             };
-            let keep = if keep_size {
+            let mut mode = if keep_size {
                 libc::FALLOC_FL_KEEP_SIZE
             } else {
                 0
             };
-            fs.fallocate(id, offset, len, keep)?;
+            if zero_range {
+                mode |= libc::FALLOC_FL_ZERO_RANGE;
+            }
+            fs.fallocate(id, offset, len, mode)?;
             let buf = m.files.get_mut(&id).unwrap();
+            if zero_range {
+                zero(buf, offset, len);
+            }
             if !keep_size && buf.len() < (offset + len) as usize {
                 buf.resize((offset + len) as usize, 0);
             }

@@ -187,6 +187,19 @@ impl MemoryEngine {
     }
 }
 
+impl MemoryEngine {
+    fn begin_write<'a>(&'a self, durable: Option<&'a Simulation>) -> Result<Box<dyn Txn + 'a>> {
+        self.check_alive()?;
+        let guard = self.state.write().map_err(poisoned)?;
+        Ok(Box::new(MemTxn {
+            guard: Guard::Write(guard),
+            undo: Vec::new(),
+            committed: false,
+            durable,
+        }))
+    }
+}
+
 fn poisoned<T>(_: T) -> MetaError {
     MetaError::engine("memory engine lock poisoned")
 }
@@ -204,27 +217,13 @@ impl MetaEngine for MemoryEngine {
     }
 
     fn write(&self) -> Result<Box<dyn Txn + '_>> {
-        self.check_alive()?;
-        let guard = self.state.write().map_err(poisoned)?;
-        Ok(Box::new(MemTxn {
-            guard: Guard::Write(guard),
-            undo: Vec::new(),
-            committed: false,
-            durable: None,
-        }))
+        self.begin_write(None)
     }
 
     /// Without the simulation nothing is ever durable and this is [`MetaEngine::write`]; with
     /// it, the state after the commit is what a later crash returns to.
     fn write_durable(&self) -> Result<Box<dyn Txn + '_>> {
-        self.check_alive()?;
-        let guard = self.state.write().map_err(poisoned)?;
-        Ok(Box::new(MemTxn {
-            guard: Guard::Write(guard),
-            undo: Vec::new(),
-            committed: false,
-            durable: self.sim.as_deref(),
-        }))
+        self.begin_write(self.sim.as_deref())
     }
 }
 
