@@ -270,3 +270,58 @@ fn offsets_past_4_gib_and_large_directories() {
     file.read_exact_at(&mut middle, 3 << 30).unwrap();
     assert!(middle.iter().all(|&b| b == 0));
 }
+
+/// The reproductions of stale bytes after truncate: durable data truncated away must read as
+/// zeros when the file grows again — at once (while the truncate's ops are still queued) and
+/// after a remount.
+#[test]
+fn truncated_bytes_never_come_back() {
+    let mut f = Fixture::new("stale");
+    let a = vec![b'A'; 262_144];
+
+    // truncate -s 0; truncate -s 262144 on a synced file.
+    let down_up = f.p("down-up");
+    std::fs::write(&down_up, &a).unwrap();
+    // SAFETY: sync(2) takes no arguments.
+    unsafe { libc::sync() };
+    let file = OpenOptions::new().write(true).open(&down_up).unwrap();
+    file.set_len(0).unwrap();
+    file.set_len(262_144).unwrap();
+    drop(file);
+    let zeros = vec![0u8; 262_144];
+    assert_file_eq(&down_up, &zeros);
+
+    // open(O_TRUNC), then a write past the end.
+    let otrunc = f.p("otrunc");
+    std::fs::write(&otrunc, &a).unwrap();
+    // SAFETY: as above.
+    unsafe { libc::sync() };
+    let file = OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&otrunc)
+        .unwrap();
+    file.write_all_at(b"Z", 200_000).unwrap();
+    drop(file);
+    let mut one_z = vec![0u8; 200_001];
+    one_z[200_000] = b'Z';
+    assert_file_eq(&otrunc, &one_z);
+
+    // Down into a record, up, and down again before anything commits (found by the model test).
+    let twice = f.p("twice");
+    std::fs::write(&twice, &a).unwrap();
+    let file = OpenOptions::new().write(true).open(&twice).unwrap();
+    file.sync_all().unwrap();
+    file.set_len(1000).unwrap();
+    file.set_len(262_144).unwrap();
+    file.set_len(200_000).unwrap();
+    drop(file);
+    let mut kept = vec![0u8; 200_000];
+    kept[..1000].fill(b'A');
+    assert_file_eq(&twice, &kept);
+
+    f.remount(&[]);
+    assert_file_eq(&down_up, &zeros);
+    assert_file_eq(&otrunc, &one_z);
+    assert_file_eq(&twice, &kept);
+}
