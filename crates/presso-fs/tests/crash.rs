@@ -34,6 +34,8 @@ struct Model {
     /// The name maps since the last durability point, oldest first.
     history: Vec<BTreeMap<u8, u64>>,
     next_id: u64,
+    /// What ran, for the failure message.
+    log: Vec<String>,
 }
 
 impl Model {
@@ -71,6 +73,7 @@ fn run_until_cut(fs: &mut Fs, rng: &mut StdRng, config: &Config, steps: usize) -
                 if !m.names.contains_key(&name) {
                     let id = m.next_id;
                     m.next_id += 1;
+                    m.log.push(format!("create f{name} (file {id})"));
                     fs.create(name, id).expect("create");
                     m.names.insert(name, id);
                     m.files.insert(id, Vec::new());
@@ -83,6 +86,8 @@ fn run_until_cut(fs: &mut Fs, rng: &mut StdRng, config: &Config, steps: usize) -
                     let offset = rng.gen_range(0..span);
                     let len = rng.gen_range(1..=config.recordsize + 100) as usize;
                     let data = fill(rng, len);
+                    m.log
+                        .push(format!("write f{name} (file {id}) {offset}+{len}"));
                     fs.write(id, offset, &data).expect("write");
                     let buf = m.files.get_mut(&id).unwrap();
                     if buf.len() < offset as usize + len {
@@ -95,6 +100,8 @@ fn run_until_cut(fs: &mut Fs, rng: &mut StdRng, config: &Config, steps: usize) -
             55..=64 => {
                 if let Some(&id) = m.names.get(&name) {
                     let size = rng.gen_range(0..span);
+                    m.log
+                        .push(format!("truncate f{name} (file {id}) to {size}"));
                     fs.truncate(id, size).expect("truncate");
                     m.files.get_mut(&id).unwrap().resize(size as usize, 0);
                     m.stable.insert(id, false);
@@ -102,12 +109,14 @@ fn run_until_cut(fs: &mut Fs, rng: &mut StdRng, config: &Config, steps: usize) -
             }
             65..=79 => {
                 if let Some(&id) = m.names.get(&name) {
+                    m.log.push(format!("fsync f{name} (file {id})"));
                     fs.fsync(id).expect("fsync");
                     m.stable.insert(id, true);
                     m.durable_point();
                 }
             }
             80..=84 => {
+                m.log.push("sync".into());
                 fs.sync_all().expect("sync");
                 for stable in m.stable.values_mut() {
                     *stable = true;
@@ -117,6 +126,7 @@ fn run_until_cut(fs: &mut Fs, rng: &mut StdRng, config: &Config, steps: usize) -
             85..=91 => {
                 let to = rng.gen_range(0..5u8);
                 if let Some(&id) = m.names.get(&name) {
+                    m.log.push(format!("rename f{name} f{to}"));
                     fs.rename(name, to).expect("rename");
                     if name != to {
                         m.names.remove(&name);
@@ -127,6 +137,7 @@ fn run_until_cut(fs: &mut Fs, rng: &mut StdRng, config: &Config, steps: usize) -
             }
             _ => {
                 if m.names.remove(&name).is_some() {
+                    m.log.push(format!("unlink f{name}"));
                     fs.unlink(name).expect("unlink");
                     m.names_changed();
                 }
@@ -165,11 +176,15 @@ fn check_after_cut(fs: &mut Fs, m: &Model) -> Result<(), String> {
             .id_of(ino)
             .ok_or(format!("f{name}: unknown inode {ino}"))?;
         let data = fs.read(id, 0, u64::MAX >> 1)?;
-        if m.stable.get(&id) == Some(&true) && data != m.files[&id] {
+        let want = &m.files[&id];
+        if m.stable.get(&id) == Some(&true) && data != *want {
+            let first = data.iter().zip(want).position(|(a, b)| a != b);
             return Err(format!(
-                "f{name} (fsync'd, unchanged since) holds {} bytes, expected {}",
+                "f{name} (file {id}, fsync'd, unchanged since) holds {} bytes, expected {}; \
+                 first difference at {first:?}\noperations:\n  {}",
                 data.len(),
-                m.files[&id].len()
+                want.len(),
+                m.log.join("\n  ")
             ));
         }
     }

@@ -11,7 +11,7 @@ impl Vfs {
     }
 
     /// Queues the file's size; with `clearing`, the op's commit ends the truncate of that
-    /// generation (see `FileState::cleared_from`).
+    /// generation (see `FileState::cleared`).
     pub(super) fn queue_size_tagged(
         &self,
         node: &FileNode,
@@ -56,9 +56,7 @@ impl Vfs {
             let mut st = node.state.lock();
             for tag in tags {
                 if tag.index == CLEARING {
-                    if st.cleared_from.is_some_and(|(_, g)| g == tag.generation) {
-                        st.cleared_from = None;
-                    }
+                    st.cleared.retain(|&(_, g)| g != tag.generation);
                 } else if matches!(st.overlay.get(&tag.index),
                     Some(Slot::Stored { generation, .. }) if *generation == tag.generation)
                 {
@@ -71,7 +69,7 @@ impl Vfs {
             let st = node.state.lock();
             !(st.open == 0
                 && st.overlay.is_empty()
-                && st.cleared_from.is_none()
+                && st.cleared.is_empty()
                 && st.inflight == 0
                 && !st.size_dirty
                 && st.queued_in <= number)

@@ -33,10 +33,13 @@ pub(super) struct FileState {
     pub(super) open: u32,
     pub(super) orphaned: bool,
     pub(super) overlay: BTreeMap<u64, Slot>,
-    /// Set by a truncate until its clearing ops commit: from this record index on, records
-    /// without an overlay slot are holes, whatever the metadata still says. With the generation
-    /// of the op whose commit ends it.
-    pub(super) cleared_from: Option<(u64, u64)>,
+    /// One watermark per truncate whose clearing ops have not committed yet: from its record
+    /// index on, records without an overlay slot are holes, whatever the metadata still says.
+    /// With the generation of the op whose commit ends it. Never merged: a record written after
+    /// a truncate leaves the overlay only once its op commits, and by then (groups commit in
+    /// order) that truncate's watermark is gone, so a merged, older-reaching watermark would hide
+    /// newer committed records.
+    pub(super) cleared: Vec<(u64, u64)>,
     pub(super) next_generation: u64,
     pub(super) inflight: usize,
     pub(super) error: Option<Arc<FsError>>,
@@ -55,7 +58,16 @@ impl FileState {
     /// Whether record `index` was cleared by a truncate whose ops have not committed yet (the
     /// metadata may still hold its old reference; it must not be read).
     pub(super) fn is_cleared(&self, index: u64) -> bool {
-        self.cleared_from.is_some_and(|(from, _)| index >= from)
+        self.cleared.iter().any(|&(from, _)| index >= from)
+    }
+
+    /// The lowest record index a pending truncate hides from (`u64::MAX` if none).
+    pub(super) fn cleared_from(&self) -> u64 {
+        self.cleared
+            .iter()
+            .map(|&(from, _)| from)
+            .min()
+            .unwrap_or(u64::MAX)
     }
 }
 

@@ -234,7 +234,7 @@ impl Vfs {
                 open: 0,
                 orphaned: false,
                 overlay: BTreeMap::new(),
-                cleared_from: None,
+                cleared: Vec::new(),
                 next_generation: 1,
                 inflight: 0,
                 error: None,

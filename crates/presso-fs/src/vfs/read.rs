@@ -39,7 +39,7 @@ impl Vfs {
                 let from = (last + 1).max(st.readahead_until);
                 let to = (last + 1 + self.config.readahead as u64)
                     .min(st.size.div_ceil(rs))
-                    .min(st.cleared_from.map_or(u64::MAX, |(from, _)| from));
+                    .min(st.cleared_from());
                 if from < to {
                     st.readahead_until = to;
                     Some(from..to)
@@ -143,7 +143,7 @@ impl Vfs {
                 .iter()
                 .map(|(i, s)| (*i, !matches!(s, Slot::Stored { rec: None, .. })))
                 .collect();
-            let cleared = st.cleared_from.map_or(u64::MAX, |(from, _)| from);
+            let cleared = st.cleared_from();
             (st.size, st.recordsize, overlay, cleared)
         };
         if offset >= size {

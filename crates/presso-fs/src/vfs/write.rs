@@ -235,7 +235,7 @@ impl Vfs {
         let mut clearing = None;
         if size < st.size {
             // Every record from `keep` on goes: the overlay forgets them at once and
-            // `cleared_from` hides the committed ones until their ClearRecord ops commit, so
+            // a watermark in `cleared` hides the committed ones until their ClearRecord ops commit, so
             // nothing (a read, or the read-modify-write of a later partial write) can see their
             // old bytes again.
             let keep = size.div_ceil(rs);
@@ -246,12 +246,9 @@ impl Vfs {
                 .count();
             self.budget.give(dirty * rs as usize);
             let mut clear: HashSet<u64> = dropped.into_keys().collect();
-            // Records from an earlier truncate's `cleared_from` on are being cleared already.
-            let until = st.cleared_from.map_or(u64::MAX, |(from, _)| from);
-            if keep < until {
-                for (index, _) in self.pool.records(node.ino, keep..until)? {
-                    clear.insert(index);
-                }
+            // Those an earlier pending truncate clears already get a second ClearRecord: a no-op.
+            for (index, _) in self.pool.records(node.ino, keep..)? {
+                clear.insert(index);
             }
             let mut clear: Vec<u64> = clear.into_iter().collect();
             clear.sort_unstable();
@@ -266,8 +263,7 @@ impl Vfs {
             }
             let generation = st.next_generation;
             st.next_generation += 1;
-            let from = st.cleared_from.map_or(keep, |(from, _)| from.min(keep));
-            st.cleared_from = Some((from, generation));
+            st.cleared.push((keep, generation));
             clearing = Some(generation);
             if !size.is_multiple_of(rs) {
                 let index = size / rs;
