@@ -6,6 +6,9 @@
 # direct I/O, like a disk: no second page cache on the host file system below it.
 #   bench/mount-targets.sh CORPUS_DIR [REPEATS=3] [WORK_DIR=/var/tmp/presso-mount-bench]
 # Prints a markdown table of medians (MB/s = 10^6 bytes/s) and the target ratios.
+# PRESSO_BASE=/path/to/presso (another build) adds its off, gzip-6 and gzip-6-cpu as targets
+# base-off, base-gzip-6 and base-gzip-6-cpu, alternating with this build's in the same run, and
+# prints this build against it: the way to show a change does not regress.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 corpus=$(realpath "${1:?usage: bench/mount-targets.sh CORPUS_DIR [REPEATS] [WORK_DIR]}")
@@ -43,26 +46,37 @@ drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 rate() { awk -v b="$1" -v s="$2" -v e="$3" 'BEGIN { printf "%.1f\n", b / 1e6 / (e - s) }'; }
 
-# target: ext4 | off | gzip-6 (ISA-L, offload=on) | gzip-6-cpu (offload=off)
+base=${PRESSO_BASE:-}
+targets=(ext4 off gzip-6 gzip-6-cpu)
+if [ -n "$base" ]; then
+  base=$(realpath "$base")
+  targets+=(base-off base-gzip-6 base-gzip-6-cpu)
+fi
+# The presso binary of a target: base-* run the PRESSO_BASE build.
+bin() { case $1 in base-*) echo "$base" ;; *) echo "$presso" ;; esac; }
+
+# target: ext4 | off | gzip-6 (ISA-L, offload=on) | gzip-6-cpu (offload=off), each also as base-*
 setup() {
   local target=$1 dir=$work/mnt-$1
   mkdir -p "$dir"
   case $target in
     ext4) mkdir -p "$disk/ext4"; mount --bind "$disk/ext4" "$dir" ;;
     *)
-      local comp=${target%-cpu} offload=on
-      [ "$target" != "${target%-cpu}" ] && offload=off
+      local exe; exe=$(bin "$target")
+      local plain=${target#base-}
+      local comp=${plain%-cpu} offload=on
+      [ "$plain" != "${plain%-cpu}" ] && offload=off
       [ "$comp" = off ] && offload=auto
       rm -rf "$disk/pool-$target"
-      "$presso" create "$disk/pool-$target" -o compression="$comp" -o offload="$offload" >/dev/null
-      "$presso" mount "$disk/pool-$target" "$dir" >/dev/null ;;
+      "$exe" create "$disk/pool-$target" -o compression="$comp" -o offload="$offload" >/dev/null
+      "$exe" mount "$disk/pool-$target" "$dir" >/dev/null ;;
   esac
 }
 remount() {
   local target=$1 dir=$work/mnt-$1
   case $target in
     ext4) umount "$dir"; umount "$disk"; mount "$loopdev" "$disk"; mount --bind "$disk/ext4" "$dir" ;;
-    *) "$presso" unmount "$dir" >/dev/null; drop; "$presso" mount "$disk/pool-$target" "$dir" >/dev/null ;;
+    *) "$(bin "$target")" unmount "$dir" >/dev/null; drop; "$(bin "$target")" mount "$disk/pool-$target" "$dir" >/dev/null ;;
   esac
   drop
 }
@@ -70,7 +84,7 @@ teardown() {
   local target=$1 dir=$work/mnt-$1
   case $target in
     ext4) umount "$dir"; rm -rf "$disk/ext4" ;;
-    *) "$presso" unmount "$dir" >/dev/null; rm -rf "$disk/pool-$target" ;;
+    *) "$(bin "$target")" unmount "$dir" >/dev/null; rm -rf "$disk/pool-$target" ;;
   esac
 }
 
@@ -81,7 +95,7 @@ for file in text.tar reads.fq media.bin; do
   # Repetitions outermost, so that the targets alternate and drift on a shared machine hits
   # them all alike.
   for r in $(seq "$repeats"); do
-    for target in ext4 off gzip-6 gzip-6-cpu; do
+    for target in "${targets[@]}"; do
       setup "$target"
       drop
       s=$(now); dd if="$corpus/$file" of="$work/mnt-$target/$file" bs=1M conv=fsync status=none; e=$(now)
@@ -91,7 +105,7 @@ for file in text.tar reads.fq media.bin; do
       rd=$(rate "$bytes" "$s" "$e")
       cmp -s "$corpus/$file" "$work/mnt-$target/$file" || { echo "MISMATCH: $target $file" >&2; exit 1; }
       ratio=1
-      [ "$target" != ext4 ] && ratio=$("$presso" status "$work/mnt-$target" --json | python3 -c 'import json,sys; print("%.3f" % json.load(sys.stdin)["ratio"])')
+      [ "$target" != ext4 ] && ratio=$("$(bin "$target")" status "$work/mnt-$target" --json | python3 -c 'import json,sys; print("%.3f" % json.load(sys.stdin)["ratio"])')
       printf '%s\t%s\t%s\t%s\t%s\n' "$file" "$target" "$w" "$rd" "$ratio" >> "$results"
       echo "$file $target run $r: write $w MB/s, cold read $rd MB/s, ratio $ratio" >&2
       teardown "$target"
@@ -104,7 +118,7 @@ echo
 echo "| file | target | write MB/s | cold read MB/s | ratio |"
 echo "|---|---|---|---|---|"
 for file in text.tar reads.fq media.bin; do
-  for target in ext4 off gzip-6 gzip-6-cpu; do
+  for target in "${targets[@]}"; do
     echo "| $file | $target | $(med "$file" "$target" 3) | $(med "$file" "$target" 4) | $(med "$file" "$target" 5) |"
   done
 done
@@ -120,3 +134,13 @@ echo "| gzip (ISA-L) write, text.tar | $(med text.tar gzip-6 3) MB/s | ≥ 400 M
 echo "| gzip (ISA-L) write, reads.fq | $(med reads.fq gzip-6 3) MB/s | ≥ 300 MB/s |"
 echo "| media.bin gzip-6 write vs off | $(x "$(med media.bin gzip-6 3)" "$(med media.bin off 3)")x | ≥ 0.9x |"
 echo "| cold read, text.tar, gzip | $(med text.tar gzip-6 4) MB/s | ≥ 800 MB/s |"
+if [ -n "$base" ]; then
+  echo
+  echo "| this build vs PRESSO_BASE | write | cold read |"
+  echo "|---|---|---|"
+  for file in text.tar reads.fq media.bin; do
+    for target in off gzip-6 gzip-6-cpu; do
+      echo "| $target, $file | $(x "$(med "$file" "$target" 3)" "$(med "$file" "base-$target" 3)")x | $(x "$(med "$file" "$target" 4)" "$(med "$file" "base-$target" 4)")x |"
+    done
+  done
+fi
