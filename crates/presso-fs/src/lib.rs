@@ -2,8 +2,11 @@
 //! FUSE adapter.
 //!
 //! - [`pool`]: one pool directory = segment store + metadata + compression engine, joined by
-//!   transaction groups (the commit protocol is documented there and in docs/design.md).
-//! - [`vfs`]: open files, record assembly, asynchronous compression, caches, readahead.
+//!   transaction groups (the commit protocol is documented there and in docs/design.md); the
+//!   file layer's only door to the store and the metadata. It runs over any `StorageDir` and
+//!   `MetaStore`, so the tests drive it in-process on simulated parts.
+//! - [`vfs`]: open files, record assembly, asynchronous compression, caches, readahead, the
+//!   privilege rules and directory cookies (the FUSE adapter only converts and replies).
 //! - [`fuse`]: the `fuser` adapter; errno mapping happens only there ([`FsError::errno`]).
 //! - [`daemon`]: serving a mount until unmount or a signal; [`control`]: its socket.
 //! - [`maintenance`]: garbage collection and scrub; [`reclaim`]: collecting automatically while

@@ -4,7 +4,7 @@
 use super::*;
 
 impl Vfs {
-    // ---- commit hooks and background work
+    // ---- sizes, committed groups and background work
 
     pub(super) fn queue_size(&self, node: &FileNode, st: &mut FileState) {
         self.queue_size_tagged(node, st, None);

@@ -139,7 +139,7 @@ pub struct Vfs {
 }
 
 impl Vfs {
-    /// The file layer over `pool`; registers its commit hooks and starts the readahead and
+    /// The file layer over `pool`; follows its Committed events and starts the readahead and
     /// flusher threads.
     pub fn new(pool: Arc<Pool>, config: VfsConfig) -> Arc<Vfs> {
         let (tx, rx) = bounded::<(u64, u64, RecordRef)>(256);
