@@ -333,7 +333,11 @@ impl Filesystem for PressoFs {
                 reply,
                 self.vfs.rename_noreplace(parent, name, newparent, newname),
             ),
-            // RENAME_EXCHANGE (and any future flag): callers such as mv fall back on EINVAL.
+            libc::RENAME_EXCHANGE => empty(
+                reply,
+                self.vfs.rename_exchange(parent, name, newparent, newname),
+            ),
+            // Any other flag (RENAME_WHITEOUT): callers fall back on EINVAL.
             _ => reply.error(libc::EINVAL),
         }
     }

@@ -76,6 +76,11 @@ enum Op {
         from: u8,
         to: u8,
     },
+    /// `renameat2(RENAME_EXCHANGE)`: two names swap their files.
+    Exchange {
+        a: u8,
+        b: u8,
+    },
     Link {
         from: u8,
         to: u8,
@@ -212,6 +217,10 @@ fn generate(rng: &mut StdRng, config: &Config, count: usize) -> Vec<Op> {
             78..=80 => Op::Rename {
                 from: name(rng),
                 to: name(rng),
+            },
+            81 if rng.gen() => Op::Exchange {
+                a: name(rng),
+                b: name(rng),
             },
             81 => Op::Link {
                 from: name(rng),
@@ -383,6 +392,14 @@ fn apply(fs: &mut Fs, m: &mut Model, op: &Op) -> Result<(), String> {
                     drop_name(fs, m, old);
                 }
             }
+        }
+        Op::Exchange { a, b } => {
+            let (Some(&x), Some(&y)) = (m.names.get(&a), m.names.get(&b)) else {
+                return Ok(());
+            };
+            fs.exchange(a, b)?;
+            m.names.insert(a, y);
+            m.names.insert(b, x);
         }
         Op::Link { from, to } => {
             let Some(&id) = m.names.get(&from) else {

@@ -1,5 +1,6 @@
-//! Renames: POSIX replacement rules, loop detection and `RENAME_NOREPLACE`.
+//! Renames: POSIX replacement rules, loop detection, `RENAME_NOREPLACE` and `RENAME_EXCHANGE`.
 
+use crate::engine::Txn;
 use crate::engine::{FileKind, Timespec};
 use crate::error::{MetaError, Result};
 use crate::namespace::{adjust_dir, check_name, dir, drop_link, inode, purge_records};
@@ -35,6 +36,57 @@ impl MetaStore {
         Ok(())
     }
 
+    /// Swaps `a_parent/a_name` and `b_parent/b_name` atomically (`renameat2(RENAME_EXCHANGE)`):
+    /// both must exist; either may be a directory, as long as neither moves below itself. Both
+    /// inodes' ctime and both parents' mtime and ctime change, and directory link counts follow
+    /// directories that change parent.
+    pub fn rename_exchange(
+        &self,
+        a_parent: u64,
+        a_name: &[u8],
+        b_parent: u64,
+        b_name: &[u8],
+    ) -> Result<()> {
+        check_name(a_name)?;
+        check_name(b_name)?;
+        self.write(|tx| {
+            dir(tx, a_parent)?;
+            dir(tx, b_parent)?;
+            let a = tx
+                .get_dentry(a_parent, a_name)?
+                .ok_or(MetaError::NotFound)?;
+            let b = tx
+                .get_dentry(b_parent, b_name)?
+                .ok_or(MetaError::NotFound)?;
+            if (a_parent == b_parent && a_name == b_name) || a.ino == b.ino {
+                return Ok(());
+            }
+            if a.kind == FileKind::Dir {
+                refuse_loop(tx, a.ino, b_parent)?;
+            }
+            if b.kind == FileKind::Dir {
+                refuse_loop(tx, b.ino, a_parent)?;
+            }
+            let now = Timespec::now();
+            tx.put_dentry(a_parent, a_name, b)?;
+            tx.put_dentry(b_parent, b_name, a)?;
+            for (ino, parent) in [(a.ino, b_parent), (b.ino, a_parent)] {
+                let mut row = inode(tx, ino)?;
+                row.parent = parent;
+                row.attr.ctime = now;
+                tx.put_inode(&row)?;
+            }
+            // A directory that changes parent moves one link from its old parent to its new one.
+            let dirs = |kind: FileKind| i64::from(kind == FileKind::Dir && a_parent != b_parent);
+            let delta = dirs(b.kind) - dirs(a.kind);
+            adjust_dir(tx, a_parent, delta, now)?;
+            if b_parent != a_parent {
+                adjust_dir(tx, b_parent, -delta, now)?;
+            }
+            Ok(())
+        })
+    }
+
     fn rename_with(
         &self,
         old_parent: u64,
@@ -60,17 +112,7 @@ impl MetaStore {
             }
             let src_is_dir = src.kind == FileKind::Dir;
             if src_is_dir {
-                // Refuse to move a directory below itself: walk up from the destination.
-                let mut cur = new_parent;
-                loop {
-                    if cur == src.ino {
-                        return Err(MetaError::CrossDirectoryLoop);
-                    }
-                    if cur == ROOT_INO || cur == 0 {
-                        break;
-                    }
-                    cur = dir(tx, cur)?.parent;
-                }
+                refuse_loop(tx, src.ino, new_parent)?;
             }
             let dst = tx.get_dentry(new_parent, new_name)?;
             if let Some(dst) = dst {
@@ -118,5 +160,20 @@ impl MetaStore {
             adjust_dir(tx, new_parent, delta, now)?;
             Ok(replaced)
         })
+    }
+}
+
+/// Refuses to move directory `moved` into `new_parent` if that is `moved` or below it: walks up
+/// from the destination.
+fn refuse_loop(tx: &mut dyn Txn, moved: u64, new_parent: u64) -> Result<()> {
+    let mut cur = new_parent;
+    loop {
+        if cur == moved {
+            return Err(MetaError::CrossDirectoryLoop);
+        }
+        if cur == ROOT_INO || cur == 0 {
+            return Ok(());
+        }
+        cur = dir(tx, cur)?.parent;
     }
 }

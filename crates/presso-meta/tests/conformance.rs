@@ -97,6 +97,7 @@ conformance!(
     rename_basic,
     rename_replace,
     rename_noreplace_refuses_an_existing_target,
+    rename_exchange_swaps_two_names,
     rename_loop,
     readdir_pagination,
     setattr_rules,
@@ -627,6 +628,60 @@ fn removal_returns_the_freed_records(s: &MetaStore) {
         .unwrap();
     assert_eq!((r.ino, r.fate, r.freed), (e, LinkFate::Removed, vec![]));
     assert_eq!(s.space().unwrap(), space(0, 0, 90));
+}
+
+fn rename_exchange_swaps_two_names(s: &MetaStore) {
+    let a = mkdir(s, ROOT_INO, "a");
+    let b = mkdir(s, ROOT_INO, "b");
+    let f = file(s, a, "f");
+    let d = mkdir(s, b, "d");
+    let sub = mkdir(s, d, "sub");
+    assert_eq!((nlink(s, a), nlink(s, b)), (2, 3));
+    // A file and a directory across parents: names swap, the directory's parent and the
+    // parents' link counts follow it.
+    s.rename_exchange(a, b"f", b, b"d").unwrap();
+    assert_eq!(s.lookup(a, b"f").unwrap().ino, d);
+    assert_eq!(s.lookup(b, b"d").unwrap().ino, f);
+    assert_eq!(s.dir_parent(d).unwrap(), a);
+    assert_eq!((nlink(s, a), nlink(s, b)), (3, 2));
+    // Within one directory.
+    let g = file(s, a, "g");
+    s.rename_exchange(a, b"f", a, b"g").unwrap();
+    assert_eq!(
+        (
+            s.lookup(a, b"f").unwrap().ino,
+            s.lookup(a, b"g").unwrap().ino
+        ),
+        (g, d)
+    );
+    assert_eq!(nlink(s, a), 3);
+    // Both must exist; neither may move below itself; the same name is a no-op.
+    assert_eq!(
+        s.rename_exchange(a, b"zz", b, b"d"),
+        Err(MetaError::NotFound)
+    );
+    assert_eq!(
+        s.rename_exchange(a, b"g", b, b"zz"),
+        Err(MetaError::NotFound)
+    );
+    assert_eq!(
+        s.rename_exchange(a, b"g", sub, b"x"),
+        Err(MetaError::NotFound),
+        "missing target"
+    );
+    let x = file(s, sub, "x");
+    assert_eq!(
+        s.rename_exchange(a, b"g", sub, b"x"),
+        Err(MetaError::CrossDirectoryLoop),
+        "the directory would move below itself"
+    );
+    assert_eq!(
+        s.lookup(sub, b"x").unwrap().ino,
+        x,
+        "a refused exchange changes nothing"
+    );
+    s.rename_exchange(a, b"g", a, b"g").unwrap();
+    assert_eq!(s.lookup(a, b"g").unwrap().ino, d);
 }
 
 fn rename_noreplace_refuses_an_existing_target(s: &MetaStore) {

@@ -90,8 +90,7 @@ fn hard_links_symlinks_and_renames() {
     std::fs::remove_dir(f.p("full/sub")).unwrap();
     std::fs::remove_dir(f.p("full")).unwrap();
     std::fs::remove_dir(f.p("empty")).unwrap();
-    // renameat2: RENAME_NOREPLACE refuses an existing target and leaves both files alone;
-    // RENAME_EXCHANGE is not supported and says so.
+    // renameat2: RENAME_NOREPLACE refuses an existing target and leaves both files alone.
     let rename2 = |from: &str, to: &str, flags: libc::c_uint| -> Option<i32> {
         let (from, to) = (c_path(&f.p(from)), c_path(&f.p(to)));
         let rc = unsafe {
@@ -115,9 +114,14 @@ fn hard_links_symlinks_and_renames() {
     assert_eq!(rename2("keep", "kept", libc::RENAME_NOREPLACE), None);
     assert_eq!(std::fs::read(f.p("kept")).unwrap(), b"keep me");
     assert!(!f.p("keep").exists());
+    // RENAME_EXCHANGE swaps two names atomically (across directories too); both must exist.
+    assert_eq!(rename2("kept", "moved/old", libc::RENAME_EXCHANGE), None);
+    assert_eq!(std::fs::read(f.p("kept")).unwrap(), b"new contents");
+    assert_eq!(std::fs::read(f.p("moved/old")).unwrap(), b"keep me");
+    assert_eq!(rename2("kept", "moved/old", libc::RENAME_EXCHANGE), None);
     assert_eq!(
-        rename2("kept", "moved/old", libc::RENAME_EXCHANGE),
-        Some(libc::EINVAL)
+        rename2("kept", "no-such-name", libc::RENAME_EXCHANGE),
+        Some(libc::ENOENT)
     );
     std::fs::remove_file(f.p("kept")).unwrap();
 

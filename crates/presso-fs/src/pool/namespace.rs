@@ -91,6 +91,19 @@ impl Pool {
             .rename_noreplace(parent, name, new_parent, new_name)?)
     }
 
+    /// Swaps two existing names atomically (`RENAME_EXCHANGE`); nothing is freed.
+    pub fn rename_exchange(
+        &self,
+        parent: u64,
+        name: &[u8],
+        other_parent: u64,
+        other_name: &[u8],
+    ) -> Result<()> {
+        Ok(self
+            .meta
+            .rename_exchange(parent, name, other_parent, other_name)?)
+    }
+
     /// Removes an orphan (no names left) once its last handle is closed, counting its frames
     /// dead; `false` if it was not an orphan.
     pub fn forget(&self, ino: u64) -> Result<bool> {

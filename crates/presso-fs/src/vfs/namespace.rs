@@ -110,6 +110,19 @@ impl Vfs {
             .rename_noreplace(parent, name, new_parent, new_name)
     }
 
+    /// Swaps two existing names atomically (`RENAME_EXCHANGE`): nothing is removed, so open files
+    /// and their records are not concerned.
+    pub fn rename_exchange(
+        &self,
+        parent: u64,
+        name: &[u8],
+        other_parent: u64,
+        other_name: &[u8],
+    ) -> Result<()> {
+        self.pool
+            .rename_exchange(parent, name, other_parent, other_name)
+    }
+
     /// The file layer's side of a name going away (the pool already counted freed frames dead).
     pub(super) fn name_dropped(&self, gone: &Unlinked) {
         match gone.fate {

@@ -288,6 +288,13 @@ impl Fs {
             .map_err(|e| fail("rename", e))
     }
 
+    /// `renameat2(RENAME_EXCHANGE)` of `f<a>` and `f<b>`.
+    pub fn exchange(&mut self, a: u8, b: u8) -> Result<(), String> {
+        self.vfs()
+            .rename_exchange(ROOT_INO, &name(a), ROOT_INO, &name(b))
+            .map_err(|e| fail("rename(RENAME_EXCHANGE)", e))
+    }
+
     pub fn expect_rename_missing(&mut self, from: u8, to: u8) -> Result<(), String> {
         match self
             .vfs()
