@@ -233,11 +233,11 @@ impl Vfs {
         let mut st = node.state.lock();
         let rs = st.recordsize;
         let mut clearing = None;
+        let mut cut = Ok(());
         if size < st.size {
-            // Every record from `keep` on goes: the overlay forgets them at once and
-            // a watermark in `cleared` hides the committed ones until their ClearRecord ops commit, so
-            // nothing (a read, or the read-modify-write of a later partial write) can see their
-            // old bytes again.
+            // Every record from `keep` on goes: the overlay forgets them at once and a watermark
+            // in `cleared` hides the committed ones until their ClearRecord ops commit, so nothing
+            // (a read, or the read-modify-write of a later partial write) sees their old bytes.
             let keep = size.div_ceil(rs);
             let dropped = st.overlay.split_off(&keep);
             let dirty = dropped
@@ -267,16 +267,18 @@ impl Vfs {
             clearing = Some(generation);
             if !size.is_multiple_of(rs) {
                 let index = size / rs;
-                let buf = self.dirty_buffer(node, &mut st, index, false)?;
-                buf.truncate((size - index * rs) as usize);
+                cut = self
+                    .dirty_buffer(node, &mut st, index, false)
+                    .map(|buf| buf.truncate((size - index * rs) as usize));
             }
         }
         st.size = size;
         st.mtime = Timespec::now();
         st.size_dirty = true;
-        // Queued after the ClearRecord ops: when it commits, so have they.
+        // Queued after the ClearRecord ops: when it commits, so have they. Queued even when the
+        // new last record could not be read, so the watermark always ends.
         self.queue_size_tagged(node, &mut st, clearing);
-        Ok(())
+        cut
     }
 
     /// Preallocates (mode 0: extends the size; space is not reserved in a copy-on-write pool),
