@@ -389,7 +389,7 @@ fn apply(fs: &mut Fs, m: &mut Model, op: &Op) -> Result<(), String> {
                 let replaced = m.names.insert(to, id);
                 m.names.remove(&from);
                 if let Some(old) = replaced.filter(|&old| old != id) {
-                    drop_name(fs, m, old);
+                    drop_name(m, old);
                 }
             }
         }
@@ -416,7 +416,7 @@ fn apply(fs: &mut Fs, m: &mut Model, op: &Op) -> Result<(), String> {
                 return fs.expect_unlink_missing(name);
             };
             fs.unlink(name)?;
-            drop_name(fs, m, id);
+            drop_name(m, id);
         }
         Op::OrphanWrite {
             slot,
@@ -453,11 +453,11 @@ fn apply(fs: &mut Fs, m: &mut Model, op: &Op) -> Result<(), String> {
     Ok(())
 }
 
-/// A file lost a name: gone if it was its last one, but kept open as an orphan.
-fn drop_name(fs: &mut Fs, m: &mut Model, id: u64) {
+/// A file lost a name: if it was its last one, the file lives on as an orphan (its handle stays
+/// open).
+fn drop_name(m: &mut Model, id: u64) {
     if m.links(id) == 0 {
         m.orphans.push(id);
-        fs.orphaned(id);
     }
 }
 

@@ -127,6 +127,7 @@ impl Pool {
     /// with SQLite metadata and properties given as `name=value` pairs, already validated by
     /// [`props::normalize`].
     pub fn create(path: &Path, properties: &[(String, String)]) -> Result<()> {
+        // Checked before the directory is made, so bad input leaves nothing behind.
         for (name, value) in properties {
             props::normalize(name, value).map_err(FsError::Property)?;
         }
@@ -463,9 +464,7 @@ impl Pool {
         self.engine.wait_idle();
         let result = self.commit(true);
         self.txgs.shut_down();
-        if let Some(handle) = self.committer.lock().take() {
-            let _ = handle.join();
-        }
+        self.join_committer();
         result.and(self.store.close().map_err(FsError::from))
     }
 
@@ -473,11 +472,15 @@ impl Pool {
     /// what a killed daemon leaves behind (for crash tests). Queued ops are dropped.
     pub fn halt(&self) {
         self.txgs.halt();
+        self.join_committer();
+        // A killed process loses its lock with it.
+        self.store.abandon();
+    }
+
+    fn join_committer(&self) {
         if let Some(handle) = self.committer.lock().take() {
             let _ = handle.join();
         }
-        // A killed process loses its lock with it.
-        self.store.abandon();
     }
 
     fn commit_group(&self, ops: &[TxgOp], durable: bool) -> Result<()> {

@@ -332,10 +332,7 @@ impl Vfs {
 
     /// Flushes everything, commits it durably and stops background work.
     pub fn shutdown(&self) -> Result<()> {
-        self.stopping.store(true, Ordering::SeqCst);
-        if let Some(reclaimer) = &self.reclaimer {
-            reclaimer.stop();
-        }
+        self.stop_background();
         let result = self.sync_all();
         self.pool.close().and(result)
     }
@@ -343,11 +340,16 @@ impl Vfs {
     /// Stops background work at once, flushing and committing nothing: what a killed daemon
     /// leaves behind (for crash tests). The file layer answers nothing useful afterwards.
     pub fn halt(&self) {
+        self.stop_background();
+        self.pool.halt();
+    }
+
+    /// Stops the flusher and the automatic collector.
+    fn stop_background(&self) {
         self.stopping.store(true, Ordering::SeqCst);
         if let Some(reclaimer) = &self.reclaimer {
             reclaimer.stop();
         }
-        self.pool.halt();
     }
 
     // ---- reporting

@@ -338,9 +338,6 @@ impl Fs {
         }
     }
 
-    /// The file lost its last name but stays open (nothing to do: its handle stays).
-    pub fn orphaned(&mut self, _id: u64) {}
-
     pub fn gc(&mut self) -> Result<(), String> {
         maintenance::gc(self.vfs().pool(), 1.0, &mut |_| {})
             .map(|_| ())
