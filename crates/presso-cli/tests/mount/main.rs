@@ -11,6 +11,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod concurrency;
 mod data;
 mod mounting;
 mod namespace;
