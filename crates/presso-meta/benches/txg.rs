@@ -71,7 +71,7 @@ fn files(s: &MetaStore, n: u64) -> Vec<u64> {
 /// A store whose `FILES` files hold `RECORDS_PER_FILE` records each, written in groups of
 /// `batch` updates.
 fn large(db: &TempDb, batch: u64) -> (MetaStore, Vec<u64>) {
-    let s = MetaStore::open_sqlite(&db.0).expect("open");
+    let s = MetaStore::create_sqlite(&db.0).expect("create");
     s.init().expect("init");
     let inos = files(&s, FILES);
     let total = FILES * RECORDS_PER_FILE;
@@ -98,7 +98,7 @@ fn large(db: &TempDb, batch: u64) -> (MetaStore, Vec<u64>) {
 
 fn apply_txg(c: &mut Criterion) {
     let db = TempDb::new("txg");
-    let s = MetaStore::open_sqlite(&db.0).expect("open");
+    let s = MetaStore::create_sqlite(&db.0).expect("create");
     s.init().expect("init");
     let inos = files(&s, 100);
     let mut group = c.benchmark_group("apply_txg");

@@ -219,6 +219,16 @@ pub trait MetaEngine: Send + Sync {
     /// transaction committed before it survive a power loss (whatever durability the engine was
     /// opened with).
     fn write_durable(&self) -> Result<Box<dyn Txn + '_>>;
+    /// Folds everything committed into the engine's main file, so the file alone is complete
+    /// (SQLite: a truncating checkpoint of the write-ahead log). Nothing to do by default.
+    fn checkpoint(&self) -> Result<()> {
+        Ok(())
+    }
+    /// Checkpoints, then closes the engine's files (SQLite: its connections, which removes the
+    /// log and its index). Nothing may use the engine afterwards. Nothing to do by default.
+    fn close(&self) -> Result<()> {
+        self.checkpoint()
+    }
 }
 
 /// The primitives of one transaction. Deleting a missing row is not an error; the `bool` results

@@ -53,6 +53,10 @@ pub enum MetaError {
     /// invariant that does not hold. The text is for logs only.
     #[error("metadata engine failure: {0}")]
     EngineFailure(String),
+    /// The database holds no Presso metadata: the file is empty, or a database without the
+    /// schema (`EIO`). Never taken as an empty file system.
+    #[error("the metadata database {0}")]
+    NotInitialized(String),
     /// The database was written by a newer version of this crate (`EIO`).
     #[error("metadata schema version {found} is newer than the supported version {supported}")]
     SchemaTooNew {
@@ -81,6 +85,7 @@ impl MetaError {
             MetaError::Full => libc::ENOSPC,
             MetaError::Corrupt(_)
             | MetaError::EngineFailure(_)
+            | MetaError::NotInitialized(_)
             | MetaError::SchemaTooNew { .. } => libc::EIO,
         }
     }

@@ -115,17 +115,49 @@ impl MetaStore {
         MetaStore { engine }
     }
 
-    /// Opens (creating if needed) a SQLite database with default options.
+    /// Opens an existing SQLite database with default options; see [`MetaStore::open_sqlite_with`].
     pub fn open_sqlite(path: impl AsRef<Path>) -> Result<Self> {
         Self::open_sqlite_with(path, SqliteOptions::default())
     }
 
-    /// Opens (creating if needed) a SQLite database.
+    /// Opens an existing SQLite database. A missing or empty file, or a database without the
+    /// schema, is refused with [`MetaError::NotInitialized`] before anything is written.
     pub fn open_sqlite_with(path: impl AsRef<Path>, opts: SqliteOptions) -> Result<Self> {
         Ok(Self::new(Box::new(sqlite::SqliteEngine::open(
             path.as_ref(),
             opts,
         )?)))
+    }
+
+    /// Creates a new SQLite database with default options (not initialized; call
+    /// [`MetaStore::init`]).
+    pub fn create_sqlite(path: impl AsRef<Path>) -> Result<Self> {
+        Self::create_sqlite_with(path, SqliteOptions::default())
+    }
+
+    /// Creates a new SQLite database at a path that holds none yet.
+    pub fn create_sqlite_with(path: impl AsRef<Path>, opts: SqliteOptions) -> Result<Self> {
+        Ok(Self::new(Box::new(sqlite::SqliteEngine::create(
+            path.as_ref(),
+            opts,
+        )?)))
+    }
+
+    /// Makes the engine's main file complete on its own (see [`MetaEngine::checkpoint`]): done
+    /// at unmount so that a copy of the database file without its log loses nothing.
+    pub fn checkpoint(&self) -> Result<()> {
+        self.engine.checkpoint()
+    }
+
+    /// Checkpoints and closes the engine (see [`MetaEngine::close`]): the last call on a store,
+    /// at unmount.
+    pub fn close(&self) -> Result<()> {
+        self.engine.close()
+    }
+
+    /// Whether [`MetaStore::init`] has run: the root directory exists.
+    pub fn is_initialized(&self) -> Result<bool> {
+        self.read(|tx| Ok(tx.get_inode(ROOT_INO)?.is_some()))
     }
 
     /// A fresh in-memory store (not initialized; call [`MetaStore::init`]).

@@ -80,3 +80,19 @@ impl MetaStore {
         })
     }
 }
+
+/// The pool-level row naming the pool the metadata belongs to. Not a property name anyone can
+/// set: property names are checked against the property table above this layer.
+const POOL_ID: &str = "$pool-id";
+
+impl MetaStore {
+    /// The id of the pool this metadata belongs to, once bound (see [`MetaStore::bind_pool`]).
+    pub fn pool_id(&self) -> Result<Option<String>> {
+        self.read(|tx| tx.get_prop(POOL_INO, POOL_ID))
+    }
+
+    /// Binds the metadata to the pool `id`, so that it is never taken for another pool's.
+    pub fn bind_pool(&self, id: &str) -> Result<()> {
+        self.write(|tx| tx.set_prop(POOL_INO, POOL_ID, id))
+    }
+}

@@ -60,7 +60,7 @@ fn memory_engine() -> (Box<dyn MetaEngine>, Option<PathBuf>) {
 
 fn sqlite_engine() -> (Box<dyn MetaEngine>, Option<PathBuf>) {
     let path = temp_db_path("conf");
-    let e = SqliteEngine::open(&path, SqliteOptions::default()).expect("open sqlite");
+    let e = SqliteEngine::create(&path, SqliteOptions::default()).expect("create sqlite");
     (Box::new(e), Some(path))
 }
 
@@ -2054,7 +2054,7 @@ fn store_is_send_and_sync() {
 fn sqlite_survives_reopen() {
     let path = temp_db_path("reopen");
     let (f, d) = {
-        let s = MetaStore::open_sqlite_with(
+        let s = MetaStore::create_sqlite_with(
             &path,
             SqliteOptions {
                 synchronous: Synchronous::Full,
@@ -2107,7 +2107,7 @@ fn sqlite_survives_reopen() {
 fn sqlite_purges_orphans_left_by_a_crash() {
     let path = temp_db_path("crash");
     let (f, keep) = {
-        let s = MetaStore::open_sqlite(&path).unwrap();
+        let s = MetaStore::create_sqlite(&path).unwrap();
         s.init().unwrap();
         let f = file(&s, ROOT_INO, "f");
         let keep = file(&s, ROOT_INO, "keep");
@@ -2216,7 +2216,7 @@ fn sqlite_readers_keep_their_snapshot_while_a_writer_commits() {
 #[test]
 fn sqlite_adds_missing_indexes_to_existing_databases() {
     let path = temp_db_path("indexes");
-    let s = MetaStore::open_sqlite(&path).unwrap();
+    let s = MetaStore::create_sqlite(&path).unwrap();
     s.init().unwrap();
     let f = file(&s, ROOT_INO, "f");
     s.set_record(f, 0, &rec(4, 40, 40)).unwrap();
@@ -2258,7 +2258,7 @@ fn sqlite_adds_missing_indexes_to_existing_databases() {
 #[test]
 fn sqlite_refuses_newer_schema() {
     let path = temp_db_path("schema");
-    MetaStore::open_sqlite(&path).unwrap().init().unwrap();
+    MetaStore::create_sqlite(&path).unwrap().init().unwrap();
     {
         let c = rusqlite::Connection::open(&path).unwrap();
         c.execute("UPDATE meta_version SET version = 99", [])
@@ -2285,6 +2285,71 @@ fn sqlite_rejects_garbage_file() {
     assert!(matches!(err, MetaError::Corrupt(_)), "{err:?}");
     assert_eq!(err.errno(), libc::EIO);
     remove_db(&path);
+}
+
+#[test]
+fn sqlite_never_takes_a_missing_empty_or_foreign_database_as_empty_metadata() {
+    let path = temp_db_path("never-empty");
+    let err = MetaStore::open_sqlite(&path).unwrap_err();
+    assert!(matches!(err, MetaError::NotInitialized(_)), "{err:?}");
+    assert!(!path.exists(), "opening a missing database created it");
+
+    std::fs::write(&path, b"").unwrap();
+    let err = MetaStore::open_sqlite(&path).unwrap_err();
+    assert!(matches!(err, MetaError::NotInitialized(_)), "{err:?}");
+    assert!(err.to_string().contains("empty"), "{err}");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        b"",
+        "the empty file was written"
+    );
+    remove_db(&path);
+
+    // A database, but not Presso's.
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch("CREATE TABLE notes (x TEXT); INSERT INTO notes VALUES ('mine');")
+            .unwrap();
+    }
+    let before = std::fs::read(&path).unwrap();
+    let err = MetaStore::open_sqlite(&path).unwrap_err();
+    assert!(matches!(err, MetaError::NotInitialized(_)), "{err:?}");
+    assert_eq!(err.errno(), libc::EIO);
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "a foreign database was written"
+    );
+    remove_db(&path);
+
+    // Creating never reuses a database.
+    MetaStore::create_sqlite(&path).unwrap().init().unwrap();
+    assert!(MetaStore::create_sqlite(&path).is_err());
+    remove_db(&path);
+}
+
+#[test]
+fn sqlite_checkpoint_leaves_the_database_file_complete() {
+    let path = temp_db_path("checkpoint");
+    let s = MetaStore::create_sqlite(&path).unwrap();
+    s.init().unwrap();
+    s.bind_pool("0123456789abcdef").unwrap();
+    let d = mkdir(&s, ROOT_INO, "dir");
+    s.checkpoint().unwrap();
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let wal_len = std::fs::metadata(&wal).map_or(0, |m| m.len());
+    assert_eq!(wal_len, 0, "the log still holds {wal_len} bytes");
+    // The database file alone, as a backup that skips the log would copy it.
+    let copy = temp_db_path("checkpoint-copy");
+    std::fs::copy(&path, &copy).unwrap();
+    drop(s);
+    let c = MetaStore::open_sqlite(&copy).unwrap();
+    assert_eq!(c.lookup(ROOT_INO, b"dir").unwrap().ino, d);
+    assert_eq!(c.pool_id().unwrap().as_deref(), Some("0123456789abcdef"));
+    drop(c);
+    remove_db(&path);
+    remove_db(&copy);
 }
 
 // ---------------------------------------------------------------------------------------------

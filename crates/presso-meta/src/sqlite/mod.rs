@@ -146,12 +146,50 @@ impl std::fmt::Debug for SqliteEngine {
 }
 
 impl SqliteEngine {
-    /// Opens (creating if needed) the database at `path`, creating or checking the schema.
-    ///
-    /// Fails with [`MetaError::SchemaTooNew`] if the database was written by a newer schema.
+    /// Creates the database at `path` (which must not hold a database yet) with the schema.
     /// `path` must name a file (read transactions use their own connections to it).
+    pub fn create(path: &Path, opts: SqliteOptions) -> Result<Self> {
+        if std::fs::metadata(path).is_ok_and(|m| m.len() > 0) {
+            return Err(MetaError::invalid(format!(
+                "{} already exists; a new database needs a fresh file",
+                path.display()
+            )));
+        }
+        let conn = Connection::open(path).map_err(eng)?;
+        Self::start(conn, path, opts)
+    }
+
+    /// Opens the existing database at `path`, checking its schema before anything is written:
+    /// a missing or empty file, or a database without Presso's schema, is
+    /// [`MetaError::NotInitialized`]; one that is not a database at all is
+    /// [`MetaError::Corrupt`]; one written by a newer schema is [`MetaError::SchemaTooNew`].
     pub fn open(path: &Path, opts: SqliteOptions) -> Result<Self> {
-        let mut conn = Connection::open(path).map_err(eng)?;
+        match std::fs::metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(MetaError::NotInitialized(format!(
+                    "{} is missing",
+                    path.display()
+                )))
+            }
+            Err(e) => return Err(MetaError::engine(format!("{}: {e}", path.display()))),
+            Ok(m) if m.len() == 0 => {
+                return Err(MetaError::NotInitialized(format!(
+                    "{} is empty (0 bytes)",
+                    path.display()
+                )))
+            }
+            Ok(_) => {}
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).map_err(eng)?;
+        schema::check_version(&conn, path)?;
+        Self::start(conn, path, opts)
+    }
+
+    /// Configures the write connection and creates or checks the schema.
+    fn start(mut conn: Connection, path: &Path, opts: SqliteOptions) -> Result<Self> {
         configure(&conn)?;
         let _mode: String = conn
             .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
@@ -273,6 +311,25 @@ impl SqliteEngine {
 }
 
 impl MetaEngine for SqliteEngine {
+    fn checkpoint(&self) -> Result<()> {
+        let writer = self.writer.lock().map_err(poisoned)?;
+        writer
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .map_err(eng_on(&writer.conn))
+    }
+
+    fn close(&self) -> Result<()> {
+        self.readers.lock().map_err(poisoned)?.idle.clear();
+        self.checkpoint()?;
+        let mut writer = self.writer.lock().map_err(poisoned)?;
+        // A connection to nothing takes the writer's place, so a late use fails instead of
+        // reopening the file.
+        let closed = Connection::open_in_memory().map_err(eng)?;
+        let conn = std::mem::replace(&mut writer.conn, closed);
+        conn.close().map_err(|(_, e)| eng(e))
+    }
+
     fn read(&self) -> Result<Box<dyn Txn + '_>> {
         Ok(Box::new(self.begin_read()?))
     }

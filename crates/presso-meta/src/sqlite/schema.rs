@@ -79,6 +79,25 @@ CREATE INDEX IF NOT EXISTS records_by_segment
 CREATE INDEX IF NOT EXISTS inodes_orphans ON inodes (ino) WHERE nlink = 0;
 ";
 
+/// Checks, reading only, that an existing database holds Presso's schema (see
+/// [`super::SqliteEngine::open`] for the errors).
+pub(super) fn check_version(conn: &Connection, path: &std::path::Path) -> Result<()> {
+    let has_table: bool = conn
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta_version')",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(eng)?;
+    if !has_table {
+        return Err(MetaError::NotInitialized(format!(
+            "{} is a database without Presso's metadata",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
 /// Creates the schema in a new database, or checks the version of an existing one, and creates
 /// missing secondary indexes; all in one immediate transaction.
 pub(super) fn create_or_check(conn: &mut Connection) -> Result<()> {

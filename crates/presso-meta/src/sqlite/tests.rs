@@ -39,7 +39,7 @@ fn pragma_synchronous(tx: &SqliteTxn<'_>) -> i64 {
 #[test]
 fn durable_writes_switch_to_full_and_back() {
     let db = TempDb::new("sync");
-    let e = SqliteEngine::open(&db.0, SqliteOptions::default()).unwrap();
+    let e = SqliteEngine::create(&db.0, SqliteOptions::default()).unwrap();
     let tx = e.begin_write(false).unwrap();
     assert_eq!(pragma_synchronous(&tx), 1, "NORMAL");
     drop(tx);
@@ -80,7 +80,7 @@ fn plan(tx: &SqliteTxn<'_>, sql: &str) -> String {
 #[test]
 fn queries_use_the_secondary_indexes() {
     let db = TempDb::new("plan");
-    let e = SqliteEngine::open(&db.0, SqliteOptions::default()).unwrap();
+    let e = SqliteEngine::create(&db.0, SqliteOptions::default()).unwrap();
     let tx = e.begin_read().unwrap();
     let p = plan(&tx, SEGMENT_USAGE_SQL);
     assert!(p.contains("COVERING INDEX records_by_segment"), "{p}");
@@ -94,7 +94,7 @@ fn queries_use_the_secondary_indexes() {
 #[test]
 fn read_connections_are_pooled_and_capped() {
     let db = TempDb::new("pool");
-    let e = SqliteEngine::open(&db.0, SqliteOptions::default()).unwrap();
+    let e = SqliteEngine::create(&db.0, SqliteOptions::default()).unwrap();
     {
         let held: Vec<_> = (0..READ_CONNECTIONS)
             .map(|_| e.begin_read().unwrap())
@@ -122,7 +122,7 @@ fn read_connections_are_pooled_and_capped() {
 #[test]
 fn a_full_database_is_reported_as_full() {
     let db = TempDb::new("full");
-    let e = SqliteEngine::open(&db.0, SqliteOptions::default()).unwrap();
+    let e = SqliteEngine::create(&db.0, SqliteOptions::default()).unwrap();
     {
         let w = e.writer.lock().unwrap();
         let pages: i64 = w
