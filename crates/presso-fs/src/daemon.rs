@@ -18,10 +18,34 @@ pub struct MountConfig {
     pub read_only: bool,
     /// Forbid executing files from the mount (`noexec`).
     pub no_exec: bool,
+    /// Mount over a directory that holds files (hiding them while mounted).
+    pub nonempty: bool,
     /// Pool settings.
     pub pool: PoolOptions,
     /// File-layer settings.
     pub vfs: VfsConfig,
+}
+
+/// Refuses a mount that would hide the pool itself or files already in the mount point.
+fn check_mountpoint(pool: &Path, mountpoint: &Path, nonempty: bool) -> Result<()> {
+    if pool.starts_with(mountpoint) {
+        return Err(FsError::Refused(format!(
+            "the pool {} is inside the mount point {}: the mount would hide it from its own \
+             daemon; mount it somewhere else",
+            pool.display(),
+            mountpoint.display()
+        )));
+    }
+    let mut entries = std::fs::read_dir(mountpoint)
+        .map_err(|e| FsError::io(format!("mount point {}", mountpoint.display()), e))?;
+    if !nonempty && entries.next().is_some() {
+        return Err(FsError::NotEmpty(format!(
+            "the mount point {} is not empty: the mount would hide what is there; use an empty \
+             directory, or -o nonempty to mount over it anyway",
+            mountpoint.display()
+        )));
+    }
+    Ok(())
 }
 
 /// Mounts the pool at `pool` on `mountpoint` and serves it until it is unmounted or the process
@@ -49,6 +73,7 @@ pub fn serve(
                 mountpoint.display()
             )));
         }
+        check_mountpoint(&pool_path, &mountpoint, config.nonempty)?;
         let (pool, report) = Pool::open(&pool_path, config.pool.clone())?;
         if report.orphan_records_purged > 0 || report.torn_bytes > 0 {
             eprintln!(

@@ -70,6 +70,19 @@ pub enum FsError {
     /// The pool directory lacks a part every pool has.
     #[error("not a complete pool: {0}")]
     IncompletePool(String),
+    /// The pool's metadata is missing, empty, damaged or another pool's; nothing was changed.
+    #[error(
+        "{0}. Nothing in the pool was changed: restore meta.db from a backup of the pool \
+         (taken after a clean unmount, it is complete on its own)"
+    )]
+    MetadataUnusable(String),
+    /// Refused because it would hide or mix data (a pool inside its own mount point, a new pool
+    /// over an existing one).
+    #[error("{0}")]
+    Refused(String),
+    /// A directory that should be empty is not (a new pool's, a mount point).
+    #[error("{0}")]
+    NotEmpty(String),
     /// The mount itself cannot be made as asked.
     #[error("{0}")]
     Mount(String),
@@ -116,7 +129,11 @@ impl FsError {
             FsError::NoData => libc::ENXIO,
             FsError::Unsupported(_) => libc::EOPNOTSUPP,
             FsError::Deferred(e) | FsError::Shared(e) => e.errno(),
-            FsError::EngineStart(_) | FsError::IncompletePool(_) => libc::EIO,
+            FsError::EngineStart(_) | FsError::IncompletePool(_) | FsError::MetadataUnusable(_) => {
+                libc::EIO
+            }
+            FsError::Refused(_) => libc::EEXIST,
+            FsError::NotEmpty(_) => libc::ENOTEMPTY,
             FsError::Closing => libc::EIO,
             FsError::Commit { source, .. } => source.errno(),
             FsError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),

@@ -20,12 +20,13 @@ use presso_fs::daemon::{self, MountConfig};
   fstab: /srv/pool /mnt/data fuse.presso defaults,allow_other 0 0
 
 Mount options (-o, comma-separated): allow_other (other users may enter, permissions still apply),
-ro, rw, noexec, exec. The mount is private to its owner otherwise. `presso unmount` (or SIGTERM to the daemon)
+ro, rw, noexec, exec, nonempty (mount over a directory that holds files, hiding them while
+mounted; refused otherwise). The mount is private to its owner otherwise. `presso unmount` (or SIGTERM to the daemon)
 flushes everything to the pool.")]
 pub struct MountArgs {
     /// The pool directory.
     pub pool: PathBuf,
-    /// Where to mount it (an existing directory).
+    /// Where to mount it (an existing, empty directory).
     pub mountpoint: PathBuf,
     /// Stay in the foreground instead of becoming a daemon.
     #[arg(short = 'f', long)]
@@ -65,9 +66,12 @@ fn parse_options(options: &[String]) -> Result<MountConfig> {
             "ro" => config.read_only = true,
             "rw" => config.read_only = false,
             "noexec" => config.no_exec = true,
+            "nonempty" => config.nonempty = true,
             "exec" => config.no_exec = false,
             p if IGNORED.contains(&p) || p.starts_with("x-") => {}
-            p => bail!("unknown mount option '{p}'; valid: allow_other, ro, rw, noexec, exec"),
+            p => bail!(
+                "unknown mount option '{p}'; valid: allow_other, ro, rw, noexec, exec, nonempty"
+            ),
         }
     }
     Ok(config)

@@ -96,6 +96,22 @@ impl Fixture {
         }
     }
 
+    /// A fixture for the existing pool `pool`, to be mounted at `mnt` (created if missing).
+    pub fn create_in_existing(pool: PathBuf, mnt: PathBuf) -> Fixture {
+        std::fs::create_dir_all(&mnt).expect("create the mount point");
+        let root = mnt
+            .parent()
+            .expect("mount point has a parent")
+            .to_path_buf();
+        Fixture {
+            pool,
+            mnt,
+            mounted: false,
+            dir: None,
+            root,
+        }
+    }
+
     /// A scratch path beside the pool and the mount point (not inside the mount).
     pub fn scratch(&self, name: &str) -> PathBuf {
         self.root.join(name)

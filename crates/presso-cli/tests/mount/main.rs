@@ -18,6 +18,7 @@ mod namespace;
 mod privileges;
 mod properties;
 mod recovery;
+mod safety;
 mod space;
 mod tools;
 mod writers;

@@ -33,6 +33,7 @@ use presso_store::{FsDir, Location, StorageDir, Store, StoreConfig, ENTRY_HEADER
 use crate::error::{FsError, Result};
 use crate::props;
 
+mod checks;
 mod namespace;
 mod txg;
 
@@ -123,17 +124,27 @@ pub struct OpenReport {
 }
 
 impl Pool {
-    /// Creates a pool in the host directory `path` (created if missing; it must not hold a pool)
-    /// with SQLite metadata and properties given as `name=value` pairs, already validated by
+    /// Creates a pool in the host directory `path` (created if missing; it must be empty) with
+    /// SQLite metadata and properties given as `name=value` pairs, already validated by
     /// [`props::normalize`].
     pub fn create(path: &Path, properties: &[(String, String)]) -> Result<()> {
+        Self::create_in(path, properties, false)
+    }
+
+    /// [`Pool::create`] in a directory that may hold other files (never a pool or part of one).
+    pub fn create_beside_files(path: &Path, properties: &[(String, String)]) -> Result<()> {
+        Self::create_in(path, properties, true)
+    }
+
+    fn create_in(path: &Path, properties: &[(String, String)], beside_files: bool) -> Result<()> {
         // Checked before the directory is made, so bad input leaves nothing behind.
         for (name, value) in properties {
             props::normalize(name, value).map_err(FsError::Property)?;
         }
+        checks::check_creatable(path, beside_files)?;
         let dir = FsDir::create_all(path)
             .map_err(|e| FsError::io(format!("cannot create {}", path.display()), e))?;
-        let meta = MetaStore::open_sqlite(path.join(META_FILE))?;
+        let meta = MetaStore::create_sqlite(path.join(META_FILE))?;
         Pool::create_with(Arc::new(dir), &meta, properties)
     }
 
@@ -152,15 +163,20 @@ impl Pool {
         let creation: BTreeMap<String, String> = properties.iter().cloned().collect();
         let store = Store::create(dir, creation, StoreConfig::default())?;
         meta.init()?;
+        meta.bind_pool(&checks::pool_id(store.header()))?;
         for (name, value) in &properties {
             meta.set_prop(POOL_INO, name, value)?;
         }
+        // Durable before create returns: a pool whose metadata a power cut took back to empty
+        // would be refused at open.
+        meta.apply_txg(&[], true)?;
         drop(store);
         Ok(())
     }
 
     /// Opens the pool in the host directory `path` with its SQLite metadata; see
-    /// [`Pool::open_with`].
+    /// [`Pool::open_with`]. Metadata that is missing, empty or damaged is refused before
+    /// anything in the pool changes.
     pub fn open(path: &Path, options: PoolOptions) -> Result<(Arc<Pool>, OpenReport)> {
         let dir = FsDir::open(path).map_err(|e| {
             FsError::io(
@@ -171,14 +187,10 @@ impl Pool {
                 e,
             )
         })?;
-        let meta_path = path.join(META_FILE);
-        if !meta_path.exists() {
-            return Err(FsError::IncompletePool(format!(
-                "{} has no {META_FILE}",
-                path.display()
-            )));
-        }
-        let meta = MetaStore::open_sqlite(&meta_path)?;
+        // Not a pool at all is the clearer message, so the header goes first.
+        Store::read_header(&dir)?;
+        let meta = MetaStore::open_sqlite(path.join(META_FILE))
+            .map_err(|e| checks::unusable_metadata(path, e))?;
         let (pool, report) = Pool::open_with(Arc::new(dir), meta, options)?;
         Ok((pool, report))
     }
@@ -191,13 +203,18 @@ impl Pool {
         meta: MetaStore,
         options: PoolOptions,
     ) -> Result<(Arc<Pool>, OpenReport)> {
+        // Everything is checked before the store's recovery may change a segment.
+        let id = checks::pool_id(&Store::read_header(dir.as_ref())?);
+        checks::check_metadata(&meta, dir.as_ref(), &id)?;
         let store = Store::open(
             dir,
             StoreConfig {
                 segment_size: options.segment_size,
             },
         )?;
-        meta.init()?;
+        if meta.pool_id()?.is_none() {
+            meta.bind_pool(&id)?;
+        }
         let mut report = OpenReport {
             torn_bytes: store.recovery().discarded_bytes,
             ..OpenReport::default()
@@ -465,6 +482,8 @@ impl Pool {
         let result = self.commit(true);
         self.txgs.shut_down();
         self.join_committer();
+        // The database file alone is then complete: a copy without its log loses nothing.
+        let result = result.and_then(|()| Ok(self.meta.close()?));
         result.and(self.store.close().map_err(FsError::from))
     }
 
@@ -534,7 +553,12 @@ pub fn location(rec: &RecordRef) -> Location {
     }
 }
 
+/// How often the commit thread folds the metadata log into the database file while mounted,
+/// so that the file alone is never far behind.
+const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(60);
+
 fn commit_loop(pool: std::sync::Weak<Pool>) {
+    let mut checkpointed = Instant::now();
     loop {
         let Some(pool) = pool.upgrade() else { return };
         let Some(group) = pool.txgs.next_group(pool.options.txg_interval) else {
@@ -543,6 +567,12 @@ fn commit_loop(pool: std::sync::Weak<Pool>) {
         let result = pool.commit_group(&group.ops, group.durable);
         let failed = result.is_err();
         pool.txgs.finish(group, result);
+        if !failed && checkpointed.elapsed() >= CHECKPOINT_INTERVAL {
+            checkpointed = Instant::now();
+            if let Err(e) = pool.meta.checkpoint() {
+                eprintln!("presso: metadata checkpoint failed (retried later): {e}");
+            }
+        }
         if failed {
             if pool.store.is_failed() {
                 return;

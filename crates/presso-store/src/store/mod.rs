@@ -223,6 +223,12 @@ impl Store {
         Self::open_locked(dir, config, header, lock)
     }
 
+    /// Reads the pool header of `dir` without locking or changing anything (refusing a
+    /// directory that is not a pool, or a newer version): what callers check before an open.
+    pub fn read_header(dir: &dyn StorageDir) -> Result<PoolHeader> {
+        read_pool_header(dir)
+    }
+
     fn open_locked(
         dir: Arc<dyn StorageDir>,
         config: StoreConfig,
