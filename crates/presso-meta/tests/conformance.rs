@@ -87,6 +87,7 @@ conformance!(
     create_lookup_getattr,
     name_validation,
     mkdir_nlink,
+    setgid_directories_pass_on_their_group,
     symlink_readlink,
     mknod_kinds,
     hard_links,
@@ -346,6 +347,41 @@ fn mkdir_nlink(s: &MetaStore) {
     s.rmdir(a, b"b").unwrap();
     assert_eq!(nlink(s, a), 3);
     assert_eq!(s.getattr(b), Err(MetaError::NotFound));
+}
+
+fn setgid_directories_pass_on_their_group(s: &MetaStore) {
+    let g = s
+        .make_node(ROOT_INO, b"g", &NewNode::dir(0o2775, 7, 42))
+        .unwrap()
+        .ino;
+    let f = s
+        .make_node(g, b"f", &NewNode::file(0o644, 1000, 1000))
+        .unwrap();
+    assert_eq!((f.gid, f.mode), (42, 0o644), "a file in a set-group-ID dir");
+    let d = s
+        .make_node(g, b"d", &NewNode::dir(0o755, 1000, 1000))
+        .unwrap();
+    assert_eq!((d.gid, d.mode), (42, 0o2755), "a dir in a set-group-ID dir");
+    let l = s
+        .make_node(g, b"l", &NewNode::symlink(b"f", 1000, 1000))
+        .unwrap();
+    assert_eq!(l.gid, 42, "a symlink in a set-group-ID dir");
+    let inner = s
+        .make_node(d.ino, b"x", &NewNode::file(0o600, 1000, 1000))
+        .unwrap();
+    assert_eq!(
+        inner.gid, 42,
+        "the bit passed on keeps passing the group on"
+    );
+    let plain = mkdir(s, ROOT_INO, "plain");
+    let f = s
+        .make_node(plain, b"f", &NewNode::dir(0o755, 1000, 1000))
+        .unwrap();
+    assert_eq!(
+        (f.gid, f.mode),
+        (1000, 0o755),
+        "an ordinary dir passes nothing on"
+    );
 }
 
 fn symlink_readlink(s: &MetaStore) {
