@@ -5,7 +5,7 @@ use crate::accounting::account_dropped;
 use crate::engine::{Dentry, FileKind, InodeRow, RecordRef, Timespec, Txn, COUNTER_NEXT_INODE};
 use crate::error::{MetaError, Result};
 use crate::{
-    Attr, DirEntry, LinkFate, MetaStore, NewNode, SetAttr, Unlinked, NAME_MAX, ROOT_INO,
+    Attr, DirEntry, LinkFate, MetaStore, NewNode, SetAttr, Unlinked, LINK_MAX, NAME_MAX, ROOT_INO,
     SYMLINK_MAX,
 };
 
@@ -231,11 +231,10 @@ impl MetaStore {
                 return Err(MetaError::Exists);
             }
             let now = Timespec::now();
-            row.attr.nlink = row
-                .attr
-                .nlink
-                .checked_add(1)
-                .ok_or(MetaError::TooManyLinks)?;
+            if row.attr.nlink >= LINK_MAX {
+                return Err(MetaError::TooManyLinks);
+            }
+            row.attr.nlink += 1;
             row.attr.ctime = now;
             tx.put_inode(&row)?;
             tx.put_dentry(

@@ -13,7 +13,7 @@ use presso_meta::sqlite::SqliteEngine;
 use presso_meta::{
     CodecSpace, EffectiveProp, FileKind, LinkFate, MetaEngine, MetaError, MetaStore, NewNode,
     RecordLocation, RecordRef, SegmentUsage, SetAttr, SpaceUsage, SqliteOptions, Synchronous,
-    Timespec, TxgOp, TxgOutcome, XattrFlags, POOL_INO, ROOT_INO,
+    Timespec, TxgOp, TxgOutcome, XattrFlags, LINK_MAX, POOL_INO, ROOT_INO,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -91,6 +91,7 @@ conformance!(
     symlink_readlink,
     mknod_kinds,
     hard_links,
+    link_count_stops_at_ext4s_limit,
     unlink_errors,
     rmdir_rules,
     orphans,
@@ -525,6 +526,19 @@ fn hard_links(s: &MetaStore) {
         "the last name frees the records"
     );
     assert_eq!(s.getattr(f), Err(MetaError::NotFound));
+}
+
+fn link_count_stops_at_ext4s_limit(s: &MetaStore) {
+    let f = file(s, ROOT_INO, "f");
+    let d = mkdir(s, ROOT_INO, "links");
+    for i in 1..LINK_MAX {
+        s.link(f, d, format!("{i}").as_bytes())
+            .expect("a link within the limit");
+    }
+    assert_eq!(nlink(s, f), LINK_MAX);
+    assert_eq!(s.link(f, d, b"one-more"), Err(MetaError::TooManyLinks));
+    assert_eq!(nlink(s, f), LINK_MAX);
+    assert_eq!(s.lookup(d, b"one-more"), Err(MetaError::NotFound));
 }
 
 fn unlink_errors(s: &MetaStore) {
