@@ -47,12 +47,6 @@ fn every_kind_and_chmod_chown(rec: &mut Rec) {
         rec.stat(k);
     }
     for k in KINDS.iter().filter(|k| **k != "symlink") {
-        rec.call(format!("chmod 6755 {k} again"), chmod(&rec.p(k), 0o6755));
-        rec.call(
-            format!("lchown {k} -1 -1"),
-            lchown(&rec.p(k), u32::MAX, u32::MAX),
-        );
-        rec.stat(k);
         rec.call(format!("chmod 2755 {k}"), chmod(&rec.p(k), 0o2755));
         rec.call(
             format!("lchown {k} gid only"),
