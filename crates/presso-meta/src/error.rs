@@ -38,7 +38,7 @@ pub enum MetaError {
     /// An extended attribute value is larger than 64 KiB (`E2BIG`).
     #[error("value too large")]
     ValueTooLarge,
-    /// The link count would overflow (`EMLINK`).
+    /// The link count would pass [`crate::LINK_MAX`] (`EMLINK`).
     #[error("too many links")]
     TooManyLinks,
     /// The disk or the database is full (`ENOSPC`): SQLite's `SQLITE_FULL`, which its Unix VFS

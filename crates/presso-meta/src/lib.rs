@@ -95,7 +95,7 @@ pub use error::{MetaError, Result};
 pub use sqlite::{SqliteOptions, Synchronous, SCHEMA_VERSION};
 pub use types::{
     Attr, DirEntry, EffectiveProp, LinkFate, NewNode, SetAttr, SpaceUsage, TxgOp, TxgOutcome,
-    Unlinked, XattrFlags, NAME_MAX, RECORD_INDEX_LIMIT, SYMLINK_MAX, XATTR_VALUE_MAX,
+    Unlinked, XattrFlags, LINK_MAX, NAME_MAX, RECORD_INDEX_LIMIT, SYMLINK_MAX, XATTR_VALUE_MAX,
 };
 
 /// The metadata store: POSIX semantics over any [`MetaEngine`].

@@ -5,7 +5,7 @@ use crate::accounting::account_dropped;
 use crate::engine::{Dentry, FileKind, InodeRow, RecordRef, Timespec, Txn, COUNTER_NEXT_INODE};
 use crate::error::{MetaError, Result};
 use crate::{
-    Attr, DirEntry, LinkFate, MetaStore, NewNode, SetAttr, Unlinked, NAME_MAX, ROOT_INO,
+    Attr, DirEntry, LinkFate, MetaStore, NewNode, SetAttr, Unlinked, LINK_MAX, NAME_MAX, ROOT_INO,
     SYMLINK_MAX,
 };
 
@@ -151,12 +151,13 @@ impl MetaStore {
 
     /// Creates `parent/name` as described by `node`: a regular file, directory, symbolic link
     /// (mode always 0777), fifo, socket or device node. The device number is kept for device
-    /// nodes, fifos and sockets only.
+    /// nodes, fifos and sockets only. In a set-group-ID directory the node gets the directory's
+    /// group instead of `node.gid`, and a new directory the set-group-ID bit too.
     pub fn make_node(&self, parent: u64, name: &[u8], node: &NewNode) -> Result<Attr> {
         let target = check_node(node)?;
         check_name(name)?;
         self.write(|tx| {
-            dir(tx, parent)?;
+            let parent_attr = dir(tx, parent)?.attr;
             if tx.get_dentry(parent, name)?.is_some() {
                 return Err(MetaError::Exists);
             }
@@ -164,6 +165,14 @@ impl MetaStore {
             let ino = alloc_ino(tx)?;
             let kind = node.kind;
             let is_dir = kind == FileKind::Dir;
+            // A set-group-ID directory gives new nodes its group, and new directories the bit.
+            let setgid_parent = parent_attr.mode & 0o2000 != 0;
+            let gid = if setgid_parent {
+                parent_attr.gid
+            } else {
+                node.gid
+            };
+            let inherited = if setgid_parent && is_dir { 0o2000 } else { 0 };
             let row = InodeRow {
                 attr: Attr {
                     ino,
@@ -171,10 +180,10 @@ impl MetaStore {
                     mode: if kind == FileKind::Symlink {
                         0o777
                     } else {
-                        node.mode & 0o7777
+                        (node.mode & 0o7777) | inherited
                     },
                     uid: node.uid,
-                    gid: node.gid,
+                    gid,
                     size: target.map_or(0, |t| t.len() as u64),
                     nlink: if is_dir { 2 } else { 1 },
                     atime: now,
@@ -222,11 +231,10 @@ impl MetaStore {
                 return Err(MetaError::Exists);
             }
             let now = Timespec::now();
-            row.attr.nlink = row
-                .attr
-                .nlink
-                .checked_add(1)
-                .ok_or(MetaError::TooManyLinks)?;
+            if row.attr.nlink >= LINK_MAX {
+                return Err(MetaError::TooManyLinks);
+            }
+            row.attr.nlink += 1;
             row.attr.ctime = now;
             tx.put_inode(&row)?;
             tx.put_dentry(

@@ -9,6 +9,9 @@ use crate::MetaStore;
 
 /// Longest accepted file, xattr or property name, in bytes.
 pub const NAME_MAX: usize = 255;
+/// Most links a non-directory may have: ext4's limit, so a tree that fits on ext4 fits here
+/// and one that does not fails the same way (`EMLINK`).
+pub const LINK_MAX: u32 = 65_000;
 /// Longest accepted symlink target, in bytes.
 pub const SYMLINK_MAX: usize = 4096;
 /// Largest accepted extended attribute value, in bytes.

@@ -13,7 +13,7 @@ use presso_meta::sqlite::SqliteEngine;
 use presso_meta::{
     CodecSpace, EffectiveProp, FileKind, LinkFate, MetaEngine, MetaError, MetaStore, NewNode,
     RecordLocation, RecordRef, SegmentUsage, SetAttr, SpaceUsage, SqliteOptions, Synchronous,
-    Timespec, TxgOp, TxgOutcome, XattrFlags, POOL_INO, ROOT_INO,
+    Timespec, TxgOp, TxgOutcome, XattrFlags, LINK_MAX, POOL_INO, ROOT_INO,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -87,9 +87,11 @@ conformance!(
     create_lookup_getattr,
     name_validation,
     mkdir_nlink,
+    setgid_directories_pass_on_their_group,
     symlink_readlink,
     mknod_kinds,
     hard_links,
+    link_count_stops_at_ext4s_limit,
     unlink_errors,
     rmdir_rules,
     orphans,
@@ -348,6 +350,41 @@ fn mkdir_nlink(s: &MetaStore) {
     assert_eq!(s.getattr(b), Err(MetaError::NotFound));
 }
 
+fn setgid_directories_pass_on_their_group(s: &MetaStore) {
+    let g = s
+        .make_node(ROOT_INO, b"g", &NewNode::dir(0o2775, 7, 42))
+        .unwrap()
+        .ino;
+    let f = s
+        .make_node(g, b"f", &NewNode::file(0o644, 1000, 1000))
+        .unwrap();
+    assert_eq!((f.gid, f.mode), (42, 0o644), "a file in a set-group-ID dir");
+    let d = s
+        .make_node(g, b"d", &NewNode::dir(0o755, 1000, 1000))
+        .unwrap();
+    assert_eq!((d.gid, d.mode), (42, 0o2755), "a dir in a set-group-ID dir");
+    let l = s
+        .make_node(g, b"l", &NewNode::symlink(b"f", 1000, 1000))
+        .unwrap();
+    assert_eq!(l.gid, 42, "a symlink in a set-group-ID dir");
+    let inner = s
+        .make_node(d.ino, b"x", &NewNode::file(0o600, 1000, 1000))
+        .unwrap();
+    assert_eq!(
+        inner.gid, 42,
+        "the bit passed on keeps passing the group on"
+    );
+    let plain = mkdir(s, ROOT_INO, "plain");
+    let f = s
+        .make_node(plain, b"f", &NewNode::dir(0o755, 1000, 1000))
+        .unwrap();
+    assert_eq!(
+        (f.gid, f.mode),
+        (1000, 0o755),
+        "an ordinary dir passes nothing on"
+    );
+}
+
 fn symlink_readlink(s: &MetaStore) {
     let l = s
         .make_node(ROOT_INO, b"l", &NewNode::symlink(b"../some/where", 5, 6))
@@ -489,6 +526,19 @@ fn hard_links(s: &MetaStore) {
         "the last name frees the records"
     );
     assert_eq!(s.getattr(f), Err(MetaError::NotFound));
+}
+
+fn link_count_stops_at_ext4s_limit(s: &MetaStore) {
+    let f = file(s, ROOT_INO, "f");
+    let d = mkdir(s, ROOT_INO, "links");
+    for i in 1..LINK_MAX {
+        s.link(f, d, format!("{i}").as_bytes())
+            .expect("a link within the limit");
+    }
+    assert_eq!(nlink(s, f), LINK_MAX);
+    assert_eq!(s.link(f, d, b"one-more"), Err(MetaError::TooManyLinks));
+    assert_eq!(nlink(s, f), LINK_MAX);
+    assert_eq!(s.lookup(d, b"one-more"), Err(MetaError::NotFound));
 }
 
 fn unlink_errors(s: &MetaStore) {

@@ -1,19 +1,21 @@
 //! Helpers of the mount tests, by concern: [`process`] runs the `presso` binary and other tools
 //! with a time limit and checks what a test needs, [`mount`] gives each test a pool and mount
 //! point that are always unmounted (also when a test panics), [`data`] makes deterministic data,
-//! [`compare`] checks files and trees, and [`syscalls`] wraps the system calls tests make
+//! [`compare`] checks files and trees, [`loopdisk`] loop-mounts a small ext4 image, and [`syscalls`] wraps the system calls tests make
 //! directly.
 
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 pub mod compare;
 pub mod data;
+pub mod loopdisk;
 pub mod mount;
 pub mod process;
 pub mod syscalls;
 
 pub use compare::*;
 pub use data::*;
+pub use loopdisk::*;
 pub use mount::*;
 pub use process::*;
 pub use syscalls::*;

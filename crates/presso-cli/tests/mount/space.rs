@@ -4,63 +4,11 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::*;
-
-/// An ext4 image loop-mounted for one test; unmounted and its loop device detached on drop.
-struct LoopMount {
-    image: PathBuf,
-    dir: PathBuf,
-}
-
-impl LoopMount {
-    fn new(image: PathBuf, dir: PathBuf, megabytes: u64) -> LoopMount {
-        File::create(&image)
-            .unwrap()
-            .set_len(megabytes << 20)
-            .unwrap();
-        tool("mkfs.ext4", &[&"-q", &"-F", &"-m", &"0", &image]).ok();
-        std::fs::create_dir_all(&dir).unwrap();
-        let guard = LoopMount { image, dir };
-        tool("mount", &[&"-o", &"loop", &guard.image, &guard.dir]).ok();
-        guard
-    }
-}
-
-impl Drop for LoopMount {
-    fn drop(&mut self) {
-        let run = |program: &str, args: &[&std::ffi::OsStr]| {
-            std::process::Command::new(program)
-                .args(args)
-                .stdin(std::process::Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        };
-        // The daemon may still be closing its files for a moment after it let go of its lock.
-        let unmounted = wait_until(Duration::from_secs(10), || {
-            !is_mounted(&self.dir) || run("umount", &[self.dir.as_os_str()])
-        });
-        if !unmounted {
-            run("umount", &["-l".as_ref(), self.dir.as_os_str()]);
-        }
-        // `mount -o loop` detaches on unmount; detach explicitly if that did not happen.
-        if let Ok(out) = std::process::Command::new("losetup")
-            .arg("-j")
-            .arg(&self.image)
-            .output()
-        {
-            for line in String::from_utf8_lossy(&out.stdout).lines() {
-                if let Some((dev, _)) = line.split_once(':') {
-                    run("losetup", &["-d".as_ref(), dev.as_ref()]);
-                }
-            }
-        }
-    }
-}
 
 /// A pool with property `prop` on a fresh `megabytes` MB ext4 image, mounted. Drop the fixture,
 /// then the disk, then the scratch directory.
