@@ -186,3 +186,42 @@ fn create_and_mount_refuse_directories_that_hold_something() {
     assert!(err.contains("inside"), "{err}");
     assert!(!is_mounted(&outer));
 }
+
+#[test]
+fn a_mount_left_by_a_killed_daemon_is_named_and_removed() {
+    let mut f = Fixture::unmounted("dead-mount", &[]);
+    f.mount(&[]);
+    let data = text_like(5, 200_000);
+    std::fs::write(f.p("kept"), &data).unwrap();
+    std::fs::File::open(f.p("kept"))
+        .unwrap()
+        .sync_all()
+        .unwrap();
+    // The lock file names the daemon holding the pool.
+    let pid: i32 = std::fs::read_to_string(f.pool.join("presso.lock"))
+        .unwrap()
+        .trim()
+        .parse()
+        .expect("the lock file holds the daemon's pid");
+    // SAFETY: signalling the daemon this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    assert!(
+        wait_until(std::time::Duration::from_secs(10), || {
+            std::fs::metadata(&f.mnt)
+                .err()
+                .and_then(|e| e.raw_os_error())
+                == Some(libc::ENOTCONN)
+        }),
+        "the mount point did not go stale"
+    );
+
+    let mut again = presso();
+    again.arg("mount").arg(&f.pool).arg(&f.mnt);
+    let err = exec(&mut again).fails();
+    assert!(err.contains("presso unmount"), "no way forward in: {err}");
+    let out = exec(presso().arg("unmount").arg(&f.mnt)).ok();
+    assert!(out.contains("dead mount"), "{out}");
+    f.set_mounted(false);
+    f.mount(&[]);
+    assert_file_eq(&f.p("kept"), &data);
+}
