@@ -508,8 +508,8 @@ impl Filesystem for PressoFs {
         }
     }
 
-    fn listxattr(&mut self, _req: &Request<'_>, ino: u64, size: u32, reply: ReplyXattr) {
-        match self.vfs.listxattr(ino) {
+    fn listxattr(&mut self, req: &Request<'_>, ino: u64, size: u32, reply: ReplyXattr) {
+        match self.vfs.listxattr(ino, caller(req)) {
             Ok(names) => {
                 let mut buf = Vec::new();
                 for n in names {

@@ -1,6 +1,7 @@
 //! Privilege dropping rules of the file layer, in-process: a chown clears set-user-ID and
 //! set-group-ID (when group-executable) on every kind of node but directories, as Linux does;
-//! a truncate by a caller other than root clears them on regular files only.
+//! a truncate by a caller other than root clears them on regular files only; trusted.
+//! attributes are listed to root only.
 
 mod sim;
 
@@ -92,4 +93,20 @@ fn truncate_clears_privileges_for_other_callers_than_root() {
         .unwrap();
     assert_eq!(after.mode & 0o7777, 0o755);
     assert_eq!(after.size, 10);
+}
+
+#[test]
+fn trusted_attributes_are_listed_to_root_only() {
+    let fs = Fs::new(&CONFIGS[1]);
+    let vfs = fs.vfs();
+    let f = vfs
+        .make_node(ROOT_INO, b"f", &NewNode::file(0o644, 1000, 1000))
+        .unwrap();
+    for name in [b"trusted.t".as_slice(), b"user.u", b"security.s"] {
+        vfs.setxattr(f.ino, name, b"v", 0).unwrap();
+    }
+    let all = vfs.listxattr(f.ino, Caller::ROOT).unwrap();
+    assert_eq!(all, [&b"security.s"[..], b"trusted.t", b"user.u"]);
+    let owner = vfs.listxattr(f.ino, Caller { uid: 1000 }).unwrap();
+    assert_eq!(owner, [&b"security.s"[..], b"user.u"]);
 }

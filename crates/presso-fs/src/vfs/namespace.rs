@@ -174,9 +174,15 @@ impl Vfs {
         self.pool.set_xattr(ino, name, value, flags)
     }
 
-    /// Lists extended attribute names.
-    pub fn listxattr(&self, ino: u64) -> Result<Vec<Vec<u8>>> {
-        self.pool.list_xattrs(ino)
+    /// Lists extended attribute names as `caller` may see them: trusted. names only to root.
+    /// The kernel shows them to callers with CAP_SYS_ADMIN; FUSE passes the caller's uid but
+    /// not its capabilities, so root stands in for the capability.
+    pub fn listxattr(&self, ino: u64, caller: Caller) -> Result<Vec<Vec<u8>>> {
+        let mut names = self.pool.list_xattrs(ino)?;
+        if !caller.is_root() {
+            names.retain(|n| !n.starts_with(b"trusted."));
+        }
+        Ok(names)
     }
 
     /// Removes an extended attribute.
