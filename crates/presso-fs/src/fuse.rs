@@ -159,7 +159,11 @@ fn file_attr(a: &Attr) -> FileAttr {
 }
 
 fn caller(req: &Request<'_>) -> Caller {
-    Caller { uid: req.uid() }
+    Caller {
+        uid: req.uid(),
+        gid: req.gid(),
+        pid: req.pid(),
+    }
 }
 
 fn errno(e: &FsError) -> i32 {
@@ -396,7 +400,10 @@ impl Filesystem for PressoFs {
             return reply.error(libc::EINVAL);
         }
         let unprivileged = write_flags & FUSE_WRITE_KILL_SUIDGID != 0;
-        match self.vfs.write_by(ino, offset as u64, data, unprivileged) {
+        match self
+            .vfs
+            .write_by(ino, offset as u64, data, unprivileged, caller(_req))
+        {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(&e)),
         }
@@ -508,8 +515,8 @@ impl Filesystem for PressoFs {
         }
     }
 
-    fn listxattr(&mut self, _req: &Request<'_>, ino: u64, size: u32, reply: ReplyXattr) {
-        match self.vfs.listxattr(ino) {
+    fn listxattr(&mut self, req: &Request<'_>, ino: u64, size: u32, reply: ReplyXattr) {
+        match self.vfs.listxattr(ino, caller(req)) {
             Ok(names) => {
                 let mut buf = Vec::new();
                 for n in names {

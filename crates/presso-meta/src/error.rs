@@ -35,6 +35,10 @@ pub enum MetaError {
     /// The extended attribute does not exist (`ENODATA`).
     #[error("no such extended attribute")]
     NoAttribute,
+    /// An extended attribute name outside the namespaces Presso supports (user., trusted.,
+    /// security.), as ext4 answers (`EOPNOTSUPP`).
+    #[error("extended attribute namespace not supported")]
+    UnsupportedNamespace,
     /// An extended attribute value is larger than 64 KiB (`E2BIG`).
     #[error("value too large")]
     ValueTooLarge,
@@ -81,6 +85,7 @@ impl MetaError {
             MetaError::NameTooLong => libc::ENAMETOOLONG,
             MetaError::NoAttribute => libc::ENODATA,
             MetaError::ValueTooLarge => libc::E2BIG,
+            MetaError::UnsupportedNamespace => libc::EOPNOTSUPP,
             MetaError::TooManyLinks => libc::EMLINK,
             MetaError::Full => libc::ENOSPC,
             MetaError::Corrupt(_)

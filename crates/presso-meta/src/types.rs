@@ -188,6 +188,9 @@ pub enum XattrFlags {
     Create,
     /// Fail with [`MetaError::NoAttribute`] if it does not (`XATTR_REPLACE`).
     Replace,
+    /// Both flags at once: fails either way, with [`MetaError::Exists`] if the attribute exists
+    /// (the create check comes first) and [`MetaError::NoAttribute`] if not, as on ext4.
+    Both,
 }
 
 impl XattrFlags {
@@ -197,6 +200,7 @@ impl XattrFlags {
             0 => Ok(XattrFlags::Any),
             libc::XATTR_CREATE => Ok(XattrFlags::Create),
             libc::XATTR_REPLACE => Ok(XattrFlags::Replace),
+            f if f == libc::XATTR_CREATE | libc::XATTR_REPLACE => Ok(XattrFlags::Both),
             _ => Err(MetaError::invalid("bad xattr flags")),
         }
     }

@@ -19,10 +19,29 @@ pub(crate) fn check_attr_name(name: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// The namespaces whose attributes Presso stores, as ext4 does. `system.` is not among them:
+/// the kernel passes POSIX ACLs (`system.posix_acl_*`) to a FUSE file system as plain
+/// attributes unless it negotiates ACL support, and storing them would show ACLs nothing
+/// enforces.
+const NAMESPACES: [&[u8]; 3] = [b"user.", b"trusted.", b"security."];
+
+/// Refuses an extended attribute name outside [`NAMESPACES`] (`EOPNOTSUPP`) and a namespace
+/// prefix without a name after it (`EINVAL`), after [`check_attr_name`].
+fn check_xattr_name(name: &[u8]) -> Result<()> {
+    check_attr_name(name)?;
+    match NAMESPACES.iter().find(|ns| name.starts_with(ns)) {
+        None => Err(MetaError::UnsupportedNamespace),
+        Some(ns) if name.len() == ns.len() => {
+            Err(MetaError::invalid("attribute namespace without a name"))
+        }
+        Some(_) => Ok(()),
+    }
+}
+
 impl MetaStore {
     /// Reads an extended attribute.
     pub fn get_xattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
-        check_attr_name(name)?;
+        check_xattr_name(name)?;
         self.read(|tx| {
             inode(tx, ino)?;
             tx.get_xattr(ino, name)?.ok_or(MetaError::NoAttribute)
@@ -31,7 +50,7 @@ impl MetaStore {
 
     /// Sets an extended attribute, honouring `flags`.
     pub fn set_xattr(&self, ino: u64, name: &[u8], value: &[u8], flags: XattrFlags) -> Result<()> {
-        check_attr_name(name)?;
+        check_xattr_name(name)?;
         if value.len() > XATTR_VALUE_MAX {
             return Err(MetaError::ValueTooLarge);
         }
@@ -39,8 +58,10 @@ impl MetaStore {
             let mut row = inode(tx, ino)?;
             let exists = tx.get_xattr(ino, name)?.is_some();
             match flags {
-                XattrFlags::Create if exists => return Err(MetaError::Exists),
-                XattrFlags::Replace if !exists => return Err(MetaError::NoAttribute),
+                XattrFlags::Create | XattrFlags::Both if exists => return Err(MetaError::Exists),
+                XattrFlags::Replace | XattrFlags::Both if !exists => {
+                    return Err(MetaError::NoAttribute)
+                }
                 _ => {}
             }
             tx.set_xattr(ino, name, value)?;
@@ -59,7 +80,7 @@ impl MetaStore {
 
     /// Removes an extended attribute.
     pub fn remove_xattr(&self, ino: u64, name: &[u8]) -> Result<()> {
-        check_attr_name(name)?;
+        check_xattr_name(name)?;
         self.write(|tx| {
             let mut row = inode(tx, ino)?;
             if !tx.delete_xattr(ino, name)? {

@@ -104,6 +104,7 @@ conformance!(
     readdir_pagination,
     setattr_rules,
     xattrs,
+    xattr_namespaces_and_both_flags,
     records_and_accounting,
     property_inheritance,
     failed_ops_leave_no_trace,
@@ -1101,7 +1102,68 @@ fn xattrs(s: &MetaStore) {
         XattrFlags::from_raw(libc::XATTR_REPLACE).unwrap(),
         XattrFlags::Replace
     );
-    assert!(XattrFlags::from_raw(3).is_err());
+    assert_eq!(
+        XattrFlags::from_raw(libc::XATTR_CREATE | libc::XATTR_REPLACE).unwrap(),
+        XattrFlags::Both
+    );
+    assert!(XattrFlags::from_raw(4).is_err());
+}
+
+/// Names outside the user., trusted. and security. namespaces are not supported (EOPNOTSUPP,
+/// as on ext4, system. included: no POSIX ACLs); a namespace without a name is invalid; both
+/// flags at once fail either way, the create check first, as on ext4.
+fn xattr_namespaces_and_both_flags(s: &MetaStore) {
+    let f = file(s, ROOT_INO, "f");
+    for name in [
+        b"other.a".as_slice(),
+        b"plain",
+        b"user",
+        b"userx.a",
+        b"system.a",
+        b"system.posix_acl_access",
+        b"system.",
+    ] {
+        let shown = String::from_utf8_lossy(name);
+        assert_eq!(
+            s.set_xattr(f, name, b"x", XattrFlags::Any),
+            Err(MetaError::UnsupportedNamespace),
+            "set {shown}"
+        );
+        assert_eq!(
+            s.get_xattr(f, name),
+            Err(MetaError::UnsupportedNamespace),
+            "get {shown}"
+        );
+        assert_eq!(
+            s.remove_xattr(f, name),
+            Err(MetaError::UnsupportedNamespace),
+            "remove {shown}"
+        );
+    }
+    for name in [b"user.".as_slice(), b"trusted.", b"security."] {
+        let shown = String::from_utf8_lossy(name);
+        let invalid = |r: Result<(), MetaError>| matches!(r, Err(MetaError::InvalidArgument(_)));
+        assert!(
+            invalid(s.set_xattr(f, name, b"x", XattrFlags::Any)),
+            "set {shown}"
+        );
+        assert!(invalid(s.get_xattr(f, name).map(drop)), "get {shown}");
+        assert!(invalid(s.remove_xattr(f, name)), "remove {shown}");
+    }
+    assert_eq!(s.list_xattrs(f).unwrap(), Vec::<Vec<u8>>::new());
+    for name in [b"user.a".as_slice(), b"trusted.a", b"security.a"] {
+        s.set_xattr(f, name, b"1", XattrFlags::Any).unwrap();
+    }
+    assert_eq!(
+        s.set_xattr(f, b"user.a", b"2", XattrFlags::Both),
+        Err(MetaError::Exists)
+    );
+    assert_eq!(
+        s.set_xattr(f, b"user.b", b"2", XattrFlags::Both),
+        Err(MetaError::NoAttribute)
+    );
+    assert_eq!(s.get_xattr(f, b"user.a").unwrap(), b"1");
+    assert_eq!(s.list_xattrs(f).unwrap().len(), 3);
 }
 
 fn records_and_accounting(s: &MetaStore) {

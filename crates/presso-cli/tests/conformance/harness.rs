@@ -124,13 +124,25 @@ impl Rec {
     /// of each of `watched` it changed. Waits first until the clock has moved past every
     /// timestamp of `watched`, so a change is always a different value.
     pub fn times(&mut self, step: &str, watched: &[&str], op: impl FnOnce(&Rec) -> Res) {
-        let paths: Vec<PathBuf> = watched.iter().map(|w| self.p(w)).collect();
-        settle(&paths);
-        let before: Vec<Option<[i128; 3]>> = paths.iter().map(|p| stamps(p)).collect();
+        let moves: Vec<(&str, &str)> = watched.iter().map(|w| (*w, *w)).collect();
+        self.times_moved(step, &moves, op);
+    }
+
+    /// [`Rec::times`] for nodes `op` moves: each of `watched` is (its path before, its path
+    /// after), so the stamps compared are always one node's.
+    pub fn times_moved(
+        &mut self,
+        step: &str,
+        watched: &[(&str, &str)],
+        op: impl FnOnce(&Rec) -> Res,
+    ) {
+        let before_paths: Vec<PathBuf> = watched.iter().map(|(b, _)| self.p(b)).collect();
+        settle(&before_paths);
+        let before: Vec<Option<[i128; 3]>> = before_paths.iter().map(|p| stamps(p)).collect();
         let r = op(self);
         self.call(step, r);
-        for ((w, p), b) in watched.iter().zip(&paths).zip(before) {
-            let changed = match (b, stamps(p)) {
+        for (&(w, after_path), b) in watched.iter().zip(before) {
+            let changed = match (b, stamps(&self.p(after_path))) {
                 (Some(b), Some(a)) => ["atime", "mtime", "ctime"]
                     .iter()
                     .zip(b.iter().zip(a))
@@ -140,8 +152,13 @@ impl Rec {
                     .join(" "),
                 (b, a) => format!("exists before {} after {}", b.is_some(), a.is_some()),
             };
+            let shown = if w == after_path {
+                w.to_string()
+            } else {
+                format!("{w} (now {after_path})")
+            };
             self.obs
-                .push((format!("  times of {w}"), format!("[{changed}]")));
+                .push((format!("  times of {shown}"), format!("[{changed}]")));
         }
     }
 }

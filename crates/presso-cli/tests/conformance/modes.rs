@@ -63,7 +63,7 @@ fn every_kind_and_chmod_chown(rec: &mut Rec) {
 }
 
 /// chown(path, -1, -1) changes nothing but still clears the set-id bits on ext4. Through FUSE
-/// the kernel turns the clearing into a request the daemon cannot tell from an empty setattr.
+/// it arrives as a setattr that changes nothing.
 fn chown_to_nobody_new(rec: &mut Rec) {
     make_every_kind(rec);
     for k in KINDS.iter().filter(|k| **k != "symlink") {
@@ -97,9 +97,8 @@ fn setid_cleared_by_modifications(rec: &mut Rec) {
 }
 
 /// Set-group-ID without group execute, modified by a user outside the file's group: Linux
-/// clears it too (since 6.2 it strips the bit for non-members without CAP_FSETID), while the
-/// FUSE protocol's FUSE_HANDLE_KILLPRIV_V2 contract asks the file system to clear it only when
-/// group-executable, and does not tell it the caller's groups.
+/// clears it too (since 6.2 it strips the bit for non-members without CAP_FSETID). FUSE does
+/// not pass the caller's groups: the file system has to find them.
 fn setgid_cleared_for_non_members(rec: &mut Rec) {
     modify_setid_files(rec, &[0o2767, 0o6707]);
 }
@@ -258,21 +257,10 @@ fn modes_owners_and_set_id_bits_match_ext4() {
             ("every-kind", every_kind_and_chmod_chown),
             ("setid-modify", setid_cleared_by_modifications),
             ("setid-owner", setid_cleared_for_owner),
-            ("setgid-dirs", setgid_directories),
-            ("links-sizes", link_counts_and_sizes),
-        ],
-    );
-}
-
-#[test]
-#[ignore = "Presso defect, not fixed yet: set-id bits a write by a non-member or chown(-1, -1) \
-            clears on ext4 stay (the FUSE KILLPRIV_V2 contract; docs/testing.md)"]
-fn set_id_bits_of_non_members_and_noop_chown_match_ext4() {
-    run(
-        "modes-open",
-        &[
             ("setgid-non-member", setgid_cleared_for_non_members),
             ("chown-noop", chown_to_nobody_new),
+            ("setgid-dirs", setgid_directories),
+            ("links-sizes", link_counts_and_sizes),
         ],
     );
 }

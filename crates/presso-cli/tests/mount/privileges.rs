@@ -183,11 +183,18 @@ fn writes_truncates_and_chowns_drop_set_id_bits_and_capabilities() {
         get_xattr(&written, "security.capability"),
         Err(libc::ENODATA)
     );
-    // Set-group-ID without group execute marks mandatory locking and stays.
+    // Set-group-ID without group execute stays for a writer in the file's group, and goes for
+    // one outside it (Linux since 6.2).
     let locking = f.p("locking");
     privileged_file(&locking, 0o2766, false);
+    std::os::unix::fs::chown(&locking, None, Some(65534)).unwrap();
+    assert_eq!(mode_of(&locking), 0o2766, "root's chgrp keeps the bit");
     append(&locking);
     assert_eq!(mode_of(&locking), 0o2766);
+    let stranger = f.p("stranger");
+    privileged_file(&stranger, 0o2766, false);
+    append(&stranger);
+    assert_eq!(mode_of(&stranger), 0o766);
     // Root keeps the bits on a write (CAP_FSETID).
     let roots = f.p("roots");
     privileged_file(&roots, 0o6777, false);
@@ -218,6 +225,7 @@ fn writes_truncates_and_chowns_drop_set_id_bits_and_capabilities() {
     for (name, mode) in [
         ("written", 0o777),
         ("locking", 0o2766),
+        ("stranger", 0o766),
         ("roots", 0o6777),
         ("truncated", 0o777),
         ("chowned", 0o777),

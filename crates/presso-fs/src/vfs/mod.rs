@@ -42,30 +42,15 @@ use crate::props;
 use crate::reclaim::{ReclaimPolicy, Reclaimer};
 
 mod background;
+mod caller;
 mod file;
 mod namespace;
 mod read;
 mod write;
 
 use background::flusher;
+pub use caller::Caller;
 use file::{wait_compressed, Budget, FileNode, FileState, Slot, CLEARING};
-
-/// Who makes a request, where the rules depend on it (privilege dropping).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Caller {
-    /// The caller's user id.
-    pub uid: u32,
-}
-
-impl Caller {
-    /// Root (stands in for CAP_FSETID, which the FUSE protocol does not pass).
-    pub const ROOT: Caller = Caller { uid: 0 };
-
-    /// Whether the caller is root.
-    pub fn is_root(self) -> bool {
-        self.uid == 0
-    }
-}
 
 /// Where the listing of one open directory stands: the name each cookie handed to the kernel
 /// resumes after. Holds the names of one pass over the directory.

@@ -174,9 +174,15 @@ impl Vfs {
         self.pool.set_xattr(ino, name, value, flags)
     }
 
-    /// Lists extended attribute names.
-    pub fn listxattr(&self, ino: u64) -> Result<Vec<Vec<u8>>> {
-        self.pool.list_xattrs(ino)
+    /// Lists extended attribute names as `caller` may see them: trusted. names only to root.
+    /// The kernel shows them to callers with CAP_SYS_ADMIN; FUSE passes the caller's uid but
+    /// not its capabilities, so root stands in for the capability.
+    pub fn listxattr(&self, ino: u64, caller: Caller) -> Result<Vec<Vec<u8>>> {
+        let mut names = self.pool.list_xattrs(ino)?;
+        if !caller.is_root() {
+            names.retain(|n| !n.starts_with(b"trusted."));
+        }
+        Ok(names)
     }
 
     /// Removes an extended attribute.
@@ -184,15 +190,24 @@ impl Vfs {
         self.pool.remove_xattr(ino, name)
     }
 
-    /// Folds into `set` what a write, truncate or chown by an unprivileged caller must clear on a
-    /// regular file: set-user-ID, set-group-ID when group-executable (without group execute it
-    /// marks mandatory locking and stays), and the file capability `security.capability`, which
-    /// goes at once. The mount negotiates FUSE_HANDLE_KILLPRIV_V2, so the kernel leaves this to
-    /// the file system instead of asking for `security.capability` before every write.
+    /// Folds into `set` what a write, truncate or chown by `caller` must clear on a regular
+    /// file: set-user-ID; set-group-ID when group-executable, or when the caller is neither
+    /// root nor in the file's group (without group execute the bit marks mandatory locking,
+    /// and only a group member may keep it: Linux's rule since 6.2); and the file capability
+    /// `security.capability`, which goes at once. The mount negotiates
+    /// FUSE_HANDLE_KILLPRIV_V2, so the kernel leaves this to the file system instead of asking
+    /// for `security.capability` before every write; it does not pass the caller's groups,
+    /// hence [`Caller::in_group`].
     ///
     /// A chown clears them on every kind but directories (`any_kind`), as Linux does; a write or
     /// truncate on regular files only.
-    pub fn drop_privileges(&self, ino: u64, set: &mut SetAttr, any_kind: bool) -> Result<()> {
+    pub fn drop_privileges(
+        &self,
+        ino: u64,
+        set: &mut SetAttr,
+        any_kind: bool,
+        caller: Caller,
+    ) -> Result<()> {
         let attr = self.pool.getattr(ino)?;
         let applies = match attr.kind {
             FileKind::File => true,
@@ -204,7 +219,9 @@ impl Vfs {
         }
         let mode = set.mode.unwrap_or(attr.mode);
         let mut kept = mode & !libc::S_ISUID;
-        if mode & libc::S_IXGRP != 0 {
+        if mode & libc::S_ISGID != 0
+            && (mode & libc::S_IXGRP != 0 || !(caller.is_root() || caller.in_group(attr.gid)))
+        {
             kept &= !libc::S_ISGID;
         }
         if kept != mode {
@@ -224,26 +241,33 @@ impl Vfs {
 
     /// Changes attributes for `caller`: a chown drops privileges for everyone, a truncate for
     /// callers without CAP_FSETID (the FUSE library does not pass the kernel's
-    /// FATTR_KILL_SUIDGID; root stands in for it). See [`Vfs::drop_privileges`].
+    /// FATTR_KILL_SUIDGID; root stands in for it). A request that changes nothing is the
+    /// kernel asking for the privileges to go: it sends one for `chown(path, -1, -1)` and
+    /// before a write that must clear them (its own decision, made with the caller's groups),
+    /// having removed the kill flags it has no way to pass. See [`Vfs::drop_privileges`].
     pub fn setattr_by(&self, ino: u64, mut set: SetAttr, caller: Caller) -> Result<Attr> {
         let chown = set.uid.is_some() || set.gid.is_some();
-        if chown || (set.size.is_some() && !caller.is_root()) {
-            self.drop_privileges(ino, &mut set, chown)?;
+        let nothing = set == SetAttr::default();
+        if chown || nothing {
+            self.drop_privileges(ino, &mut set, true, caller)?;
+        } else if set.size.is_some() && !caller.is_root() {
+            self.drop_privileges(ino, &mut set, false, caller)?;
         }
         self.setattr(ino, set)
     }
 
-    /// A write; `unprivileged`: the kernel flagged the writer as lacking CAP_FSETID, so the
-    /// file's privileges go first ([`Vfs::drop_privileges`]).
+    /// A write by `caller`; `unprivileged`: the kernel flagged the writer as lacking
+    /// CAP_FSETID, so the file's privileges go first ([`Vfs::drop_privileges`]).
     pub fn write_by(
         &self,
         ino: u64,
         offset: u64,
         data: &[u8],
         unprivileged: bool,
+        caller: Caller,
     ) -> Result<usize> {
         if unprivileged {
-            self.drop_privileges_now(ino)?;
+            self.drop_privileges_now(ino, caller)?;
         }
         self.write(ino, offset, data)
     }
@@ -258,15 +282,15 @@ impl Vfs {
         caller: Caller,
     ) -> Result<()> {
         if !caller.is_root() {
-            self.drop_privileges_now(ino)?;
+            self.drop_privileges_now(ino, caller)?;
         }
         self.fallocate(ino, offset, length, mode)
     }
 
     /// [`Vfs::drop_privileges`] on its own, for a write or an fallocate.
-    fn drop_privileges_now(&self, ino: u64) -> Result<()> {
+    fn drop_privileges_now(&self, ino: u64, caller: Caller) -> Result<()> {
         let mut set = SetAttr::default();
-        self.drop_privileges(ino, &mut set, false)?;
+        self.drop_privileges(ino, &mut set, false, caller)?;
         if set.mode.is_some() {
             self.setattr(ino, set)?;
         }
