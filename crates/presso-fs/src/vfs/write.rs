@@ -356,6 +356,20 @@ fn completed(
     let rs = st.recordsize as usize;
     match result {
         Ok(rec) if current => {
+            // The size first, in the same group or an earlier one: a record committed past the
+            // committed size would come back (instead of zeros) when the file is extended after
+            // a crash.
+            if st.size_dirty {
+                st.queued_in = pool.txgs().queue(
+                    TxgOp::SetSize {
+                        ino: node.ino,
+                        size: st.size,
+                        mtime: st.mtime,
+                    },
+                    None,
+                );
+                st.size_dirty = false;
+            }
             let op = match &rec {
                 Some(rec) => TxgOp::SetRecord {
                     ino: node.ino,
