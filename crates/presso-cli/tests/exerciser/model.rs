@@ -7,7 +7,11 @@ pub struct FileModel {
     /// Every byte; the length is the size.
     pub bytes: Vec<u8>,
     /// Unchanged since its last fsync/fdatasync (or the last clean unmount, or recovery from a
-    /// kill): what a `kill -9` of the daemon must keep.
+    /// kill): what a `kill -9` of the daemon must keep. Any successful call that may change the
+    /// file clears it, even when the bytes stay the same (a write, a truncate to any size, an
+    /// `O_TRUNC` open, fallocate of a supported mode, a mapped write, a copy into the file);
+    /// failed calls (unsupported fallocate modes, overlapping copies), reads and copies out of
+    /// the file do not.
     pub synced: bool,
 }
 

@@ -202,7 +202,8 @@ impl Mapping {
         })
     }
 
-    /// The mapped bytes (a page fault per page: reads through the page cache).
+    /// The mapped bytes (a page fault per page: reads through the page cache). A page the
+    /// daemon cannot read kills the test with SIGBUS: there is no error to return.
     pub fn read(&self) -> Vec<u8> {
         // SAFETY: `skip + len` bytes lie within the mapping, which lies within the file.
         unsafe { std::slice::from_raw_parts(self.base.cast::<u8>().add(self.skip), self.len) }
