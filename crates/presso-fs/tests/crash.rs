@@ -293,13 +293,12 @@ fn extend_after_kill(fs: &mut Fs, files: u64, from: u64, to: u64, data: &[u8]) {
     fs.close();
 }
 
-/// A record's bytes never commit before the size that covers them: otherwise a kill between the
-/// two leaves a committed record past the committed size, and extending the file (a truncate up,
-/// fallocate, a write further on) brings its bytes back where zeros belong. The exerciser on real
-/// mounts found it: a whole record written past the end commits as soon as it is compressed,
-/// while the size waited for the flusher's next tick.
+/// A whole record written past the end commits as soon as it is compressed, while the size that
+/// covers it waits for the flusher's next tick; a kill between the two leaves a committed record
+/// past the committed size, and growing the file (a truncate up, fallocate, a write further on)
+/// must show zeros there, not its bytes. The exerciser on real mounts found it.
 #[test]
-fn a_killed_daemon_leaves_no_record_past_the_size() {
+fn growing_a_file_after_a_kill_shows_no_record_past_its_size() {
     let config = &CONFIGS[4];
     let rs = config.recordsize;
     let mut fs = slow_ticking(config);

@@ -302,7 +302,8 @@ impl Vfs {
     }
 
     /// Before a file loaded from the metadata first grows: a crash can leave committed bytes
-    /// past its committed size (a truncate's size commits before the record it cut, which is
+    /// past its committed size (a record written past the end commits once compressed, the size
+    /// only with the next tick; a truncate's size commits before the record it cut, which is
     /// compressed later), and growing the file must not bring them back where zeros belong. So
     /// if the metadata holds any, they are cut as a truncate to the current size would.
     fn trim_past_size(&self, node: &Arc<FileNode>, st: &mut FileState) -> Result<()> {
@@ -399,20 +400,6 @@ fn completed(
     let rs = st.recordsize as usize;
     match result {
         Ok(rec) if current => {
-            // The size first, in the same group or an earlier one: a record committed past the
-            // committed size would come back (instead of zeros) when the file is extended after
-            // a crash.
-            if st.size_dirty {
-                st.queued_in = pool.txgs().queue(
-                    TxgOp::SetSize {
-                        ino: node.ino,
-                        size: st.size,
-                        mtime: st.mtime,
-                    },
-                    None,
-                );
-                st.size_dirty = false;
-            }
             let op = match &rec {
                 Some(rec) => TxgOp::SetRecord {
                     ino: node.ino,
