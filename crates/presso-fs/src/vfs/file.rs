@@ -44,6 +44,9 @@ pub(super) struct FileState {
     pub(super) inflight: usize,
     pub(super) error: Option<Arc<FsError>>,
     pub(super) size_dirty: bool,
+    /// Whether the metadata was checked for bytes past the size (see `Vfs::trim_past_size`),
+    /// which happens before the file first grows.
+    pub(super) tail_checked: bool,
     /// Newest transaction group holding an op of this file; the node stays until it commits.
     pub(super) queued_in: u64,
     pub(super) last_read_end: u64,

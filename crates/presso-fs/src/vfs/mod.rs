@@ -224,6 +224,7 @@ impl Vfs {
                 inflight: 0,
                 error: None,
                 size_dirty: false,
+                tail_checked: false,
                 queued_in: 0,
                 last_read_end: u64::MAX,
                 readahead_until: 0,

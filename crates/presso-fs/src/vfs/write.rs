@@ -30,6 +30,9 @@ impl Vfs {
             if let Some(error) = st.error.take() {
                 return Err(FsError::Deferred(error));
             }
+            if end > st.size {
+                self.trim_past_size(&node, &mut st)?;
+            }
             let rs = st.recordsize;
             let mut jobs = Vec::new();
             let mut pos = offset;
@@ -231,46 +234,14 @@ impl Vfs {
             return Err(FsError::FileTooLarge);
         }
         let mut st = node.state.lock();
-        let rs = st.recordsize;
         let mut clearing = None;
         let mut cut = Ok(());
         if size < st.size {
-            // Every record from `keep` on goes: the overlay forgets them at once and a watermark
-            // in `cleared` hides the committed ones until their ClearRecord ops commit, so nothing
-            // (a read, or the read-modify-write of a later partial write) sees their old bytes.
-            let keep = size.div_ceil(rs);
-            let dropped = st.overlay.split_off(&keep);
-            let dirty = dropped
-                .values()
-                .filter(|s| matches!(s, Slot::Dirty { .. }))
-                .count();
-            self.budget.give(dirty * rs as usize);
-            let mut clear: HashSet<u64> = dropped.into_keys().collect();
-            // Those an earlier pending truncate clears already get a second ClearRecord: a no-op.
-            for (index, _) in self.pool.records(node.ino, keep..)? {
-                clear.insert(index);
-            }
-            let mut clear: Vec<u64> = clear.into_iter().collect();
-            clear.sort_unstable();
-            for index in clear {
-                st.queued_in = self.pool.txgs().queue(
-                    TxgOp::ClearRecord {
-                        ino: node.ino,
-                        index,
-                    },
-                    None,
-                );
-            }
-            let generation = st.next_generation;
-            st.next_generation += 1;
-            st.cleared.push((keep, generation));
+            let (generation, result) = self.cut_at(node, &mut st, size)?;
             clearing = Some(generation);
-            if !size.is_multiple_of(rs) {
-                let index = size / rs;
-                cut = self
-                    .dirty_buffer(node, &mut st, index, false)
-                    .map(|buf| buf.truncate((size - index * rs) as usize));
-            }
+            cut = result;
+        } else if size > st.size {
+            self.trim_past_size(node, &mut st)?;
         }
         st.size = size;
         st.mtime = Timespec::now();
@@ -279,6 +250,79 @@ impl Vfs {
         // new last record could not be read, so the watermark always ends.
         self.queue_size_tagged(node, &mut st, clearing);
         cut
+    }
+
+    /// Drops every byte at and past `size`: the overlay forgets the records from the first one
+    /// past it at once and a watermark in `cleared` hides the committed ones until their
+    /// ClearRecord ops commit, so nothing (a read, or the read-modify-write of a later partial
+    /// write) sees their old bytes; the record holding `size` is cut there. Returns the
+    /// watermark's generation (the caller queues the size with it, which ends the watermark)
+    /// and the result of cutting that record.
+    fn cut_at(
+        &self,
+        node: &Arc<FileNode>,
+        st: &mut FileState,
+        size: u64,
+    ) -> Result<(u64, Result<()>)> {
+        let rs = st.recordsize;
+        let keep = size.div_ceil(rs);
+        let dropped = st.overlay.split_off(&keep);
+        let dirty = dropped
+            .values()
+            .filter(|s| matches!(s, Slot::Dirty { .. }))
+            .count();
+        self.budget.give(dirty * rs as usize);
+        let mut clear: HashSet<u64> = dropped.into_keys().collect();
+        // Those an earlier pending truncate clears already get a second ClearRecord: a no-op.
+        for (index, _) in self.pool.records(node.ino, keep..)? {
+            clear.insert(index);
+        }
+        let mut clear: Vec<u64> = clear.into_iter().collect();
+        clear.sort_unstable();
+        for index in clear {
+            st.queued_in = self.pool.txgs().queue(
+                TxgOp::ClearRecord {
+                    ino: node.ino,
+                    index,
+                },
+                None,
+            );
+        }
+        let generation = st.next_generation;
+        st.next_generation += 1;
+        st.cleared.push((keep, generation));
+        let mut cut = Ok(());
+        if !size.is_multiple_of(rs) {
+            let index = size / rs;
+            cut = self
+                .dirty_buffer(node, st, index, false)
+                .map(|buf| buf.truncate((size - index * rs) as usize));
+        }
+        Ok((generation, cut))
+    }
+
+    /// Before a file loaded from the metadata first grows: a crash can leave committed bytes
+    /// past its committed size (a record written past the end commits once compressed, the size
+    /// only with the next tick; a truncate's size commits before the record it cut, which is
+    /// compressed later), and growing the file must not bring them back where zeros belong. So
+    /// if the metadata holds any, they are cut as a truncate to the current size would.
+    fn trim_past_size(&self, node: &Arc<FileNode>, st: &mut FileState) -> Result<()> {
+        if st.tail_checked {
+            return Ok(());
+        }
+        let (size, rs) = (st.size, st.recordsize);
+        let stale = self
+            .pool
+            .records(node.ino, size / rs..)?
+            .iter()
+            .any(|(index, rec)| index * rs + u64::from(rec.logical_len) > size);
+        if stale {
+            let (generation, cut) = self.cut_at(node, st, size)?;
+            self.queue_size_tagged(node, st, Some(generation));
+            cut?;
+        }
+        st.tail_checked = true;
+        Ok(())
     }
 
     /// Preallocates (mode 0: extends the size; space is not reserved in a copy-on-write pool),

@@ -145,10 +145,15 @@ impl Fs {
 
     /// Opens the pool (after a remount or a crash).
     pub fn mount(&mut self) -> Result<(), String> {
+        self.mount_with(vfs_config())
+    }
+
+    /// [`Fs::mount`] with other file-layer settings.
+    pub fn mount_with(&mut self, config: VfsConfig) -> Result<(), String> {
         let meta = MetaStore::new(Box::new(self.meta.handle()));
         let (pool, _) = Pool::open_with(Arc::new(self.dir.clone()), meta, pool_options())
             .map_err(|e| fail("open", e))?;
-        self.vfs = Some(Vfs::new(pool, vfs_config()));
+        self.vfs = Some(Vfs::new(pool, config));
         Ok(())
     }
 
