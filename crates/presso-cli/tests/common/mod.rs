@@ -1,8 +1,8 @@
 //! Helpers of the mount tests, by concern: [`process`] runs the `presso` binary and other tools
 //! with a time limit and checks what a test needs, [`mount`] gives each test a pool and mount
 //! point that are always unmounted (also when a test panics), [`data`] makes deterministic data,
-//! [`compare`] checks files and trees, [`loopdisk`] loop-mounts a small ext4 image, and [`syscalls`] wraps the system calls tests make
-//! directly.
+//! [`compare`] checks files and trees, [`loopdisk`] loop-mounts a small ext4 image, and
+//! [`syscalls`] wraps the system calls tests make directly.
 
 #![allow(dead_code, unused_imports)]
 

@@ -15,7 +15,6 @@
 //! - `PRESSO_FSX_CONFIG=TEXT`: only the configurations whose description contains `TEXT`
 //!   (e.g. `zstd`, `recordsize=4K`, `offload=off`).
 
-#[allow(unused_imports)]
 #[path = "../common/mod.rs"]
 mod common;
 mod configs;
