@@ -76,24 +76,15 @@ impl Fixture {
         dir: Option<tempfile::TempDir>,
         props: &[&str],
     ) -> Fixture {
-        std::fs::create_dir_all(&mnt).expect("create the mount point");
         let mut c = presso();
         c.arg("create").arg(&pool);
         for p in props {
             c.arg("-o").arg(p);
         }
         exec(&mut c).ok();
-        let root = mnt
-            .parent()
-            .expect("mount point has a parent")
-            .to_path_buf();
-        Fixture {
-            pool,
-            mnt,
-            mounted: false,
-            dir,
-            root,
-        }
+        let mut f = Fixture::create_in_existing(pool, mnt);
+        f.dir = dir;
+        f
     }
 
     /// A fixture for the existing pool `pool`, to be mounted at `mnt` (created if missing).
