@@ -67,11 +67,22 @@ pub fn serve(
             .map_err(|e| FsError::io(format!("pool {}", pool.display()), e))?;
         let mountpoint = std::fs::canonicalize(mountpoint)
             .map_err(|e| FsError::io(format!("mount point {}", mountpoint.display()), e))?;
-        if !mountpoint.is_dir() {
-            return Err(FsError::Mount(format!(
-                "mount point {} is not a directory",
-                mountpoint.display()
-            )));
+        match std::fs::metadata(&mountpoint) {
+            Ok(m) if m.is_dir() => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+                return Err(FsError::Refused(format!(
+                    "{} is still mounted by a daemon that stopped (\"Transport endpoint is not \
+                     connected\"); run `presso unmount {}` to remove that mount, then mount again",
+                    mountpoint.display(),
+                    mountpoint.display()
+                )));
+            }
+            _ => {
+                return Err(FsError::Mount(format!(
+                    "mount point {} is not a directory",
+                    mountpoint.display()
+                )));
+            }
         }
         check_mountpoint(&pool_path, &mountpoint, config.nonempty)?;
         let (pool, report) = Pool::open(&pool_path, config.pool.clone())?;

@@ -87,15 +87,6 @@ pub fn run(args: MountArgs) -> Result<()> {
             args.pool.display()
         );
     }
-    if std::fs::metadata(&args.mountpoint).is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN))
-    {
-        bail!(
-            "{} is still mounted by a daemon that stopped (\"Transport endpoint is not \
-             connected\"); run `presso unmount {}` to remove that mount, then mount again",
-            args.mountpoint.display(),
-            args.mountpoint.display()
-        );
-    }
     if args.foreground {
         daemon::serve(&args.pool, &args.mountpoint, config, |r| {
             if let Err(e) = r {

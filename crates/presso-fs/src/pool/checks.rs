@@ -5,14 +5,12 @@
 use std::path::Path;
 
 use presso_meta::{MetaError, MetaStore};
+use presso_store::header::POOL_FILE;
 use presso_store::io::parse_segment_file_name;
 use presso_store::{PoolHeader, StorageDir, LOCK_FILE};
 
 use super::META_FILE;
 use crate::error::{FsError, Result};
-
-/// The name of the pool header file.
-const POOL_FILE: &str = "presso.pool";
 
 /// The pool's identity as the metadata records it: the header's uuid in hex.
 pub(super) fn pool_id(header: &PoolHeader) -> String {
@@ -59,7 +57,7 @@ pub(super) fn check_creatable(path: &Path, beside_files: bool) -> Result<()> {
     Ok(())
 }
 
-/// The error for metadata at `path` that cannot be opened.
+/// The error for the metadata of the pool at `pool` that cannot be opened.
 pub(super) fn unusable_metadata(pool: &Path, error: MetaError) -> FsError {
     let reason = match error {
         MetaError::NotInitialized(why) => why,
