@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use sim::{Config, Fs, CONFIGS};
+use sim::{one_test_per_config, Config, Fs, CONFIGS};
 
 /// Names the operations pick from: few, so that names collide and get reused.
 const NAMES: u8 = 6;
@@ -591,31 +591,4 @@ fn run_config(index: usize) {
     }
 }
 
-macro_rules! configs {
-    ($($name:ident = $index:expr;)*) => {
-        $(#[test] fn $name() { run_config($index) })*
-    };
-}
-
-configs! {
-    off_4k = 0;
-    off_128k = 1;
-    off_1m = 2;
-    lz4_4k = 3;
-    lz4_128k = 4;
-    lz4_1m = 5;
-    gzip_offload_4k = 6;
-    gzip_offload_128k = 7;
-    gzip_offload_1m = 8;
-    gzip_software_4k = 9;
-    gzip_software_128k = 10;
-    gzip_software_1m = 11;
-    zstd_4k = 12;
-    zstd_128k = 13;
-    zstd_1m = 14;
-}
-
-#[test]
-fn every_configuration_has_a_test() {
-    assert_eq!(CONFIGS.len(), 15);
-}
+one_test_per_config!();

@@ -5,7 +5,6 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,62 +16,8 @@ use presso_meta::memory::MemoryEngine;
 use presso_meta::{MetaStore, NewNode, SetAttr, ROOT_INO};
 use presso_store::SimDir;
 
-/// One pool configuration: codec, offload and record size.
-pub struct Config {
-    pub compression: &'static str,
-    pub offload: &'static str,
-    pub recordsize: u64,
-}
-
-impl Config {
-    /// How far into a file the tests write: a few records, fewer of the large ones.
-    pub fn span(&self) -> u64 {
-        if self.recordsize >= 1 << 20 {
-            2 * self.recordsize + self.recordsize / 2
-        } else {
-            4 * self.recordsize + self.recordsize / 3
-        }
-    }
-}
-
-impl fmt::Display for Config {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "compression={} offload={} recordsize={}K",
-            self.compression,
-            self.offload,
-            self.recordsize >> 10
-        )
-    }
-}
-
-const fn config(compression: &'static str, offload: &'static str, recordsize: u64) -> Config {
-    Config {
-        compression,
-        offload,
-        recordsize,
-    }
-}
-
-/// Every codec (gzip with and without offload) at record sizes 4K, 128K and 1M.
-pub const CONFIGS: [Config; 15] = [
-    config("off", "auto", 4 << 10),
-    config("off", "auto", 128 << 10),
-    config("off", "auto", 1 << 20),
-    config("lz4", "auto", 4 << 10),
-    config("lz4", "auto", 128 << 10),
-    config("lz4", "auto", 1 << 20),
-    config("gzip-6", "on", 4 << 10),
-    config("gzip-6", "on", 128 << 10),
-    config("gzip-6", "on", 1 << 20),
-    config("gzip-6", "off", 4 << 10),
-    config("gzip-6", "off", 128 << 10),
-    config("gzip-6", "off", 1 << 20),
-    config("zstd-3", "auto", 4 << 10),
-    config("zstd-3", "auto", 128 << 10),
-    config("zstd-3", "auto", 1 << 20),
-];
+mod configs;
+pub use configs::*;
 
 /// A mounted pool on simulated parts, with one open handle per live file.
 pub struct Fs {
