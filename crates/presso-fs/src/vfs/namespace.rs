@@ -38,10 +38,14 @@ impl Vfs {
                 set.mtime = Some(Timespec::now());
             }
         }
-        if let (Some(mtime), Some(node)) = (set.mtime, self.files.lock().get(&ino).cloned()) {
-            node.state.lock().mtime = mtime;
-        }
         let attr = self.pool.setattr(ino, &set)?;
+        if let (Some(mtime), Some(node)) = (set.mtime, self.files.lock().get(&ino).cloned()) {
+            let mut st = node.state.lock();
+            st.mtime = mtime;
+            // A size op queued earlier carries the older mtime and commits after the setattr
+            // above (which committed at once); queuing the size again puts this mtime after it.
+            self.queue_size(&node, &mut st);
+        }
         Ok(self.with_live_size(attr))
     }
 
