@@ -94,6 +94,29 @@ pub fn serve(
                 report.torn_bytes
             );
         }
+        for (segment, why) in &report.damaged_segment_headers {
+            eprintln!("presso: damaged segment header, segment {segment} kept as it is: {why}");
+        }
+        if let Some(segment) = report.damage_kept {
+            eprintln!(
+                "presso: segment {segment} is damaged below its committed entries; nothing was \
+                 cut, new data goes to a new segment"
+            );
+        }
+        if !report.missing_segments.is_empty() {
+            eprintln!(
+                "presso: segment files missing although the metadata points into them: {:?}",
+                report.missing_segments
+            );
+        }
+        if report.found_damage() {
+            eprintln!(
+                "presso: the pool is damaged; files that do not touch the damage read as \
+                 before, damaged records read as I/O errors. Run `presso scrub {}` to list \
+                 the files and offsets affected, and restore those files from a backup.",
+                mountpoint.display()
+            );
+        }
         let vfs = Vfs::new(pool, config.vfs.clone());
         let threads = vfs.pool().options().workers * 2;
         let options = mount_options(

@@ -76,6 +76,13 @@ pub enum FsError {
          (taken after a clean unmount, it is complete on its own)"
     )]
     MetadataUnusable(String),
+    /// The pool header of a directory that holds a pool's other files does not decode; nothing
+    /// was changed.
+    #[error(
+        "{0}. Nothing in the pool was changed. The pool header is written once, by `presso \
+         create`, and never changes: restore it from any backup of this pool, then mount again"
+    )]
+    PoolHeaderDamaged(String),
     /// Refused because it would hide or mix data (a pool inside its own mount point, a new pool
     /// over an existing one).
     #[error("{0}")]
@@ -129,9 +136,10 @@ impl FsError {
             FsError::NoData => libc::ENXIO,
             FsError::Unsupported(_) => libc::EOPNOTSUPP,
             FsError::Deferred(e) | FsError::Shared(e) => e.errno(),
-            FsError::EngineStart(_) | FsError::IncompletePool(_) | FsError::MetadataUnusable(_) => {
-                libc::EIO
-            }
+            FsError::EngineStart(_)
+            | FsError::IncompletePool(_)
+            | FsError::MetadataUnusable(_)
+            | FsError::PoolHeaderDamaged(_) => libc::EIO,
             FsError::Refused(_) => libc::EEXIST,
             FsError::NotEmpty(_) => libc::ENOTEMPTY,
             FsError::Closing => libc::EIO,

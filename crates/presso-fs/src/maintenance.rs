@@ -4,11 +4,12 @@
 
 use std::collections::{HashMap, HashSet};
 
-use presso_meta::TxgOp;
+use presso_meta::{RecordRef, TxgOp};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::pool::Pool;
+use crate::props;
 
 /// Progress of a long operation.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -121,6 +122,36 @@ pub struct Damage {
     pub offset: u64,
     /// What is wrong.
     pub error: String,
+    /// A path of the file (`None`: unlinked while open, or not found).
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Where the record starts in the file.
+    #[serde(default)]
+    pub file_offset: Option<u64>,
+}
+
+impl Damage {
+    /// Damage to record `index` of `ino`, with the file's path and the record's place in it.
+    fn new(pool: &Pool, ino: u64, index: u64, rec: &RecordRef, error: String) -> Damage {
+        let recordsize = pool
+            .prop(ino, props::RECORDSIZE)
+            .ok()
+            .and_then(|v| crate::units::parse_recordsize(&v).ok());
+        Damage {
+            ino,
+            index,
+            segment: rec.segment,
+            offset: rec.offset,
+            error,
+            path: pool
+                .meta()
+                .path_of(ino)
+                .ok()
+                .flatten()
+                .map(|p| String::from_utf8_lossy(&p).into_owned()),
+            file_offset: recordsize.and_then(|rs| index.checked_mul(rs as u64)),
+        }
+    }
 }
 
 /// What scrub found.
@@ -134,6 +165,9 @@ pub struct ScrubReport {
     pub damaged: Vec<Damage>,
     /// Segment entries whose checksum fails (whether referenced or not).
     pub damaged_entries: Vec<(u64, u64, String)>,
+    /// Segments whose header is damaged (found at open; their entries are checked as usual).
+    #[serde(default)]
+    pub damaged_headers: Vec<(u64, String)>,
     /// Valid frames no record references (written after the last commit before a crash, or
     /// not yet collected).
     pub orphan_frames: u64,
@@ -144,7 +178,9 @@ pub struct ScrubReport {
 impl ScrubReport {
     /// Whether everything verified.
     pub fn clean(&self) -> bool {
-        self.damaged.is_empty() && self.damaged_entries.is_empty()
+        self.damaged.is_empty()
+            && self.damaged_entries.is_empty()
+            && self.damaged_headers.is_empty()
     }
 }
 
@@ -173,24 +209,21 @@ pub fn scrub(pool: &Pool, progress: &mut dyn FnMut(Progress)) -> Result<ScrubRep
             }
             match pool.read_record(r.ino, r.index, &r.rec) {
                 Ok(data) if data.len() == r.rec.logical_len as usize => {}
-                Ok(data) => report.damaged.push(Damage {
-                    ino: r.ino,
-                    index: r.index,
-                    segment: r.rec.segment,
-                    offset: r.rec.offset,
-                    error: format!(
+                Ok(data) => {
+                    let why = format!(
                         "decodes to {} bytes, the metadata says {}",
                         data.len(),
                         r.rec.logical_len
-                    ),
-                }),
-                Err(e) => report.damaged.push(Damage {
-                    ino: r.ino,
-                    index: r.index,
-                    segment: r.rec.segment,
-                    offset: r.rec.offset,
-                    error: e.to_string(),
-                }),
+                    );
+                    report
+                        .damaged
+                        .push(Damage::new(pool, r.ino, r.index, &r.rec, why));
+                }
+                Err(e) => {
+                    report
+                        .damaged
+                        .push(Damage::new(pool, r.ino, r.index, &r.rec, e.to_string()));
+                }
             }
             report.records_checked += 1;
             report.bytes_checked += u64::from(r.rec.stored_len);
@@ -212,6 +245,7 @@ pub fn scrub(pool: &Pool, progress: &mut dyn FnMut(Progress)) -> Result<ScrubRep
                 .push((segment, d.offset, d.error.to_string()));
         }
     }
+    report.damaged_headers = pool.store().recovery().bad_headers.clone();
     progress(Progress { done: total, total });
     Ok(report)
 }

@@ -149,6 +149,37 @@ impl MetaStore {
         })
     }
 
+    /// A path of `ino` from the root (`/`-separated, starting with `/`), for messages such as
+    /// scrub's: through the directory its `parent` names, so one of its names if it has hard
+    /// links. `None` for an orphan (no name left) or when a directory on the way does not hold
+    /// it (metadata damaged: the caller falls back to the inode number).
+    pub fn path_of(&self, ino: u64) -> Result<Option<Vec<u8>>> {
+        self.read(|tx| {
+            let mut names: Vec<Vec<u8>> = Vec::new();
+            let mut at = ino;
+            while at != ROOT_INO {
+                let row = inode(tx, at)?;
+                if row.attr.nlink == 0 || names.len() > 4096 {
+                    return Ok(None);
+                }
+                let Some(name) = name_in(tx, row.parent, at)? else {
+                    return Ok(None);
+                };
+                names.push(name);
+                at = row.parent;
+            }
+            let mut path = Vec::new();
+            for name in names.iter().rev() {
+                path.push(b'/');
+                path.extend_from_slice(name);
+            }
+            if path.is_empty() {
+                path.push(b'/');
+            }
+            Ok(Some(path))
+        })
+    }
+
     /// Creates `parent/name` as described by `node`: a regular file, directory, symbolic link
     /// (mode always 0777), fifo, socket or device node. The device number is kept for device
     /// nodes, fifos and sockets only. In a set-group-ID directory the node gets the directory's
@@ -384,5 +415,21 @@ impl MetaStore {
             }
             Ok(freed)
         })
+    }
+}
+
+/// The name under which directory `parent` holds `ino`, if it does (a scan of the directory).
+fn name_in(tx: &mut dyn Txn, parent: u64, ino: u64) -> Result<Option<Vec<u8>>> {
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let batch = tx.list_dentries(parent, after.as_deref(), 1024)?;
+        let Some((last, _)) = batch.last() else {
+            return Ok(None);
+        };
+        let last = last.clone();
+        if let Some((name, _)) = batch.into_iter().find(|(_, d)| d.ino == ino) {
+            return Ok(Some(name));
+        }
+        after = Some(last);
     }
 }

@@ -91,6 +91,7 @@ conformance!(
     symlink_readlink,
     mknod_kinds,
     hard_links,
+    path_of_names_a_file_from_the_root,
     link_count_stops_at_ext4s_limit,
     unlink_errors,
     rmdir_rules,
@@ -204,6 +205,29 @@ fn mkdir(s: &MetaStore, parent: u64, name: &str) -> u64 {
     s.make_node(parent, name.as_bytes(), &NewNode::dir(0o755, 1000, 1000))
         .expect("mkdir")
         .ino
+}
+
+fn path_of_names_a_file_from_the_root(s: &MetaStore) {
+    let path = |ino| {
+        s.path_of(ino)
+            .unwrap()
+            .map(|p| String::from_utf8(p).unwrap())
+    };
+    assert_eq!(path(ROOT_INO).as_deref(), Some("/"));
+    let a = mkdir(s, ROOT_INO, "a");
+    let b = mkdir(s, a, "b");
+    for i in 0..2500 {
+        file(s, b, &format!("filler{i}"));
+    }
+    let f = file(s, b, "zz-last");
+    assert_eq!(path(f).as_deref(), Some("/a/b/zz-last"));
+    assert_eq!(path(b).as_deref(), Some("/a/b"));
+    s.rename(b, b"zz-last", ROOT_INO, b"moved", &closed)
+        .unwrap();
+    assert_eq!(path(f).as_deref(), Some("/moved"));
+    s.unlink(ROOT_INO, b"moved", &open).unwrap();
+    assert_eq!(path(f), None, "an orphan has no path");
+    assert_eq!(s.path_of(999_999), Err(MetaError::NotFound));
 }
 
 fn nlink(s: &MetaStore, ino: u64) -> u32 {

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 use presso_store::segment::{encode_entry, segment_file_name};
-use presso_store::{FsDir, StorageDir, Store, StoreConfig};
+use presso_store::{Committed, FsDir, StorageDir, Store, StoreConfig};
 
 const ENTRIES: u64 = 1_000_000;
 const PAYLOAD: usize = 64;
@@ -85,7 +85,8 @@ fn recovery(c: &mut Criterion) {
             b.iter_batched(
                 || tear(&last),
                 |()| {
-                    let store = Store::open(dir.dir(), config).expect("open");
+                    let store =
+                        Store::open(dir.dir(), config, &Committed::default()).expect("open");
                     assert_eq!(store.recovery().discarded_bytes, TORN as u64);
                     store
                 },
@@ -97,7 +98,7 @@ fn recovery(c: &mut Criterion) {
     group.finish();
 
     let (dir, config) = &pools[0];
-    let store = Store::open(dir.dir(), *config).expect("open");
+    let store = Store::open(dir.dir(), *config, &Committed::default()).expect("open");
     let segment = store.current_segment();
     let mut group = c.benchmark_group("scrub_scan_1M_entries");
     group.sample_size(10);

@@ -39,6 +39,6 @@ pub use io::{DirLock, FsDir, FsStorage, LockError, LockWatch, Storage, StorageDi
 pub use segment::{DamagedEntry, EnvelopeError, ENTRY_HEADER_LEN};
 pub use sim::{SimDir, SimStorage};
 pub use store::{
-    Location, Position, RecoveryReport, SegmentEntries, SegmentStats, Store, StoreConfig,
-    DEFAULT_SEGMENT_SIZE,
+    Committed, Location, Position, RecoveryReport, SegmentEntries, SegmentStats, Store,
+    StoreConfig, DEFAULT_SEGMENT_SIZE,
 };

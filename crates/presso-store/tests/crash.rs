@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use common::{config, payload, sim_store};
 use presso_store::segment::segment_file_name;
-use presso_store::{Location, Position, SimDir, Store, StoreConfig, StoreError};
+use presso_store::{Committed, Location, Position, SimDir, Store, StoreConfig, StoreError};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -211,7 +211,7 @@ fn run_sequence(seed: u64, steps: usize, tally: &mut Tally) {
                 sim.clear_faults();
                 armed = false;
                 poisoned = false;
-                let reopened = Store::open(Arc::new(sim.clone()), cfg)
+                let reopened = Store::open(Arc::new(sim.clone()), cfg, &Committed::default())
                     .unwrap_or_else(|e| panic!("{ctx}: reopen failed: {e}"));
                 tally.reopens += 1;
                 if reopened.recovery().discarded_bytes > 0 {
@@ -226,7 +226,7 @@ fn run_sequence(seed: u64, steps: usize, tally: &mut Tally) {
     drop(store.take());
     sim.crash_torn(&mut rng);
     sim.clear_faults();
-    let s = Store::open(Arc::new(sim.clone()), cfg).unwrap();
+    let s = Store::open(Arc::new(sim.clone()), cfg, &Committed::default()).unwrap();
     check_after_reopen(&s, &mut model, true, &format!("seed {seed} final"), tally);
     let loc = s.append(b"still works").unwrap();
     assert_eq!(s.read(loc).unwrap(), b"still works");
@@ -292,7 +292,7 @@ fn enospc_mid_append_then_space_freed() {
     assert_eq!(store.read(after).unwrap(), payload(100, 500));
     drop(store);
     sim.crash();
-    let store = Store::open(Arc::new(sim), config(1 << 20)).unwrap();
+    let store = Store::open(Arc::new(sim), config(1 << 20), &Committed::default()).unwrap();
     assert_eq!(store.recovery().discarded_bytes, 0);
     assert_eq!(store.read(after).unwrap(), payload(100, 500));
     assert_eq!(store.read(kept[3].0).unwrap(), kept[3].1);
@@ -356,7 +356,7 @@ fn failed_sync_poisons_until_reopen() {
     assert_eq!(store.read(b).unwrap(), b"not synced");
     drop(store);
     sim.crash();
-    let store = Store::open(Arc::new(sim), config(1 << 20)).unwrap();
+    let store = Store::open(Arc::new(sim), config(1 << 20), &Committed::default()).unwrap();
     assert_eq!(store.read(a).unwrap(), b"synced");
     assert!(store.read(b).is_err());
     store.append(b"y").unwrap();

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use common::{config, TempDir};
 use presso_store::header::{POOL_FILE, POOL_VERSION};
-use presso_store::{PoolHeader, SimDir, Store, StoreError};
+use presso_store::{Committed, PoolHeader, SimDir, Store, StoreError};
 
 fn props() -> BTreeMap<String, String> {
     [("compression", "gzip-6"), ("note", "a=b c")]
@@ -27,10 +27,10 @@ fn header_round_trip() {
 #[test]
 fn empty_dir_and_foreign_file_are_not_pools() {
     let tmp = TempDir::new("notpool");
-    let err = Store::open(tmp.dir(), config(1 << 20)).unwrap_err();
+    let err = Store::open(tmp.dir(), config(1 << 20), &Committed::default()).unwrap_err();
     assert!(matches!(err, StoreError::NotAPool { .. }), "{err}");
     std::fs::write(tmp.path().join(POOL_FILE), b"#!/bin/sh\necho hi\n").unwrap();
-    let err = Store::open(tmp.dir(), config(1 << 20)).unwrap_err();
+    let err = Store::open(tmp.dir(), config(1 << 20), &Committed::default()).unwrap_err();
     assert!(matches!(err, StoreError::NotAPool { .. }), "{err}");
     assert!(err.to_string().contains(POOL_FILE));
 }
@@ -45,7 +45,7 @@ fn newer_version_is_refused() {
     let crc = crc32fast::hash(&bytes[..n - 4]);
     bytes[n - 4..].copy_from_slice(&crc.to_le_bytes());
     sim.set_contents(POOL_FILE, &bytes);
-    let err = Store::open(Arc::new(sim), config(1 << 20)).unwrap_err();
+    let err = Store::open(Arc::new(sim), config(1 << 20), &Committed::default()).unwrap_err();
     match &err {
         StoreError::NewerVersion {
             found, supported, ..
@@ -67,7 +67,12 @@ fn every_damaged_header_byte_is_refused() {
             let mut bytes = good.clone();
             bytes[i] ^= bit;
             sim.set_contents(POOL_FILE, &bytes);
-            let err = Store::open(Arc::new(sim.clone()), config(1 << 20)).unwrap_err();
+            let err = Store::open(
+                Arc::new(sim.clone()),
+                config(1 << 20),
+                &Committed::default(),
+            )
+            .unwrap_err();
             match err {
                 StoreError::NotAPool { .. } => assert!(i < 8, "byte {i}"),
                 StoreError::NewerVersion { .. } => assert!((8..10).contains(&i), "byte {i}"),
@@ -80,16 +85,26 @@ fn every_damaged_header_byte_is_refused() {
     for len in [0, 5, 9, 20, good.len() - 1] {
         sim.set_contents(POOL_FILE, &good[..len]);
         assert!(
-            Store::open(Arc::new(sim.clone()), config(1 << 20)).is_err(),
+            Store::open(
+                Arc::new(sim.clone()),
+                config(1 << 20),
+                &Committed::default()
+            )
+            .is_err(),
             "len {len}"
         );
     }
     let mut longer = good.clone();
     longer.push(0);
     sim.set_contents(POOL_FILE, &longer);
-    assert!(Store::open(Arc::new(sim.clone()), config(1 << 20)).is_err());
+    assert!(Store::open(
+        Arc::new(sim.clone()),
+        config(1 << 20),
+        &Committed::default()
+    )
+    .is_err());
     sim.set_contents(POOL_FILE, &good);
-    assert!(Store::open(Arc::new(sim), config(1 << 20)).is_ok());
+    assert!(Store::open(Arc::new(sim), config(1 << 20), &Committed::default()).is_ok());
 }
 
 #[test]
@@ -118,6 +133,6 @@ fn segment_of_another_pool_is_refused() {
     drop(Store::create(Arc::new(b.clone()), props(), config(1 << 20)).unwrap());
     let seg = presso_store::segment::segment_file_name(1);
     b.set_contents(&seg, &a.contents(&seg).unwrap());
-    let err = Store::open(Arc::new(b), config(1 << 20)).unwrap_err();
+    let err = Store::open(Arc::new(b), config(1 << 20), &Committed::default()).unwrap_err();
     assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
 }

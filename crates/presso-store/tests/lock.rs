@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{config, TempDir};
-use presso_store::{FsDir, LockWatch, SimDir, Store, StoreError, LOCK_FILE};
+use presso_store::{Committed, FsDir, LockWatch, SimDir, Store, StoreError, LOCK_FILE};
 
 const CHILD_ENV: &str = "PRESSO_STORE_LOCK_CHILD";
 /// What the child prints once it holds the lock (libtest may print its own text before it on
@@ -41,7 +41,10 @@ fn second_open_in_one_process_is_refused_until_drop() {
     let tmp = TempDir::new("lock");
     let store = Store::create(tmp.dir(), Default::default(), config(1 << 20)).unwrap();
     let me = Some(std::process::id());
-    assert_in_use(Store::open(tmp.dir(), config(1 << 20)).unwrap_err(), me);
+    assert_in_use(
+        Store::open(tmp.dir(), config(1 << 20), &Committed::default()).unwrap_err(),
+        me,
+    );
     assert_in_use(
         Store::create(tmp.dir(), Default::default(), config(1 << 20)).unwrap_err(),
         me,
@@ -49,14 +52,14 @@ fn second_open_in_one_process_is_refused_until_drop() {
     let held = std::fs::read_to_string(tmp.path().join(LOCK_FILE)).unwrap();
     assert_eq!(held.trim(), std::process::id().to_string());
     drop(store);
-    let store = Store::open(tmp.dir(), config(1 << 20)).unwrap();
+    let store = Store::open(tmp.dir(), config(1 << 20), &Committed::default()).unwrap();
     store.append(b"after the first one closed").unwrap();
 }
 
 #[test]
 fn a_directory_that_is_no_pool_gets_no_lock_file() {
     let tmp = TempDir::new("nolock");
-    let err = Store::open(tmp.dir(), config(1 << 20)).unwrap_err();
+    let err = Store::open(tmp.dir(), config(1 << 20), &Committed::default()).unwrap_err();
     assert!(matches!(err, StoreError::NotAPool { .. }), "{err}");
     assert!(!tmp.path().join(LOCK_FILE).exists());
 }
@@ -71,7 +74,7 @@ fn a_lock_watch_sees_the_holder_and_waits_until_it_lets_go() {
     // Probing takes nothing from the holder.
     assert!(watch.is_held().unwrap());
     assert_in_use(
-        Store::open(tmp.dir(), config(1 << 20)).unwrap_err(),
+        Store::open(tmp.dir(), config(1 << 20), &Committed::default()).unwrap_err(),
         Some(std::process::id()),
     );
 
@@ -95,7 +98,7 @@ fn a_lock_watch_sees_the_holder_and_waits_until_it_lets_go() {
     assert!(!watch.is_held().unwrap());
     let held = std::fs::read_to_string(tmp.path().join(LOCK_FILE)).unwrap();
     assert_eq!(held.trim(), std::process::id().to_string());
-    let store = Store::open(tmp.dir(), config(1 << 20)).unwrap();
+    let store = Store::open(tmp.dir(), config(1 << 20), &Committed::default()).unwrap();
     store.append(b"after the watch").unwrap();
     assert!(watch.is_held().unwrap());
 }
@@ -115,7 +118,12 @@ fn lock_holder_child() {
     let Ok(path) = std::env::var(CHILD_ENV) else {
         return;
     };
-    let _store = Store::open(Arc::new(FsDir::open(path).unwrap()), config(1 << 20)).unwrap();
+    let _store = Store::open(
+        Arc::new(FsDir::open(path).unwrap()),
+        config(1 << 20),
+        &Committed::default(),
+    )
+    .unwrap();
     println!("{HELD}");
     // Killed by the parent; the deadline only bounds an orphan's life.
     std::thread::sleep(Duration::from_secs(60));
@@ -149,12 +157,12 @@ fn lock_held_by_another_process_is_released_by_kill() {
             }
         }
     }
-    let refused = Store::open(tmp.dir(), config(1 << 20));
+    let refused = Store::open(tmp.dir(), config(1 << 20), &Committed::default());
     // SIGKILL: no destructor runs in the child; the kernel drops the lock with its descriptors.
     child.kill().unwrap();
     child.wait().unwrap();
     assert_in_use(refused.unwrap_err(), Some(child.id()));
-    let store = Store::open(tmp.dir(), config(1 << 20)).unwrap();
+    let store = Store::open(tmp.dir(), config(1 << 20), &Committed::default()).unwrap();
     store.append(b"the child is gone").unwrap();
 }
 
@@ -165,7 +173,7 @@ fn simulated_lock_released_by_drop_and_by_crash() {
     let first = Store::create(dir(), Default::default(), config(1 << 20)).unwrap();
     assert!(sim.is_locked());
     assert!(matches!(
-        Store::open(dir(), config(1 << 20)),
+        Store::open(dir(), config(1 << 20), &Committed::default()),
         Err(StoreError::InUse { .. })
     ));
     drop(first);
@@ -173,16 +181,16 @@ fn simulated_lock_released_by_drop_and_by_crash() {
 
     // A crash is the death of the process: its lock goes with it, and the dead store's late
     // drop must not release the lock a new store has taken since.
-    let dead = Store::open(dir(), config(1 << 20)).unwrap();
+    let dead = Store::open(dir(), config(1 << 20), &Committed::default()).unwrap();
     sim.crash();
     assert!(!sim.is_locked());
-    let alive = Store::open(dir(), config(1 << 20)).unwrap();
+    let alive = Store::open(dir(), config(1 << 20), &Committed::default()).unwrap();
     drop(dead);
     assert!(sim.is_locked());
     assert!(matches!(
-        Store::open(dir(), config(1 << 20)),
+        Store::open(dir(), config(1 << 20), &Committed::default()),
         Err(StoreError::InUse { .. })
     ));
     drop(alive);
-    Store::open(dir(), config(1 << 20)).unwrap();
+    Store::open(dir(), config(1 << 20), &Committed::default()).unwrap();
 }

@@ -7,7 +7,7 @@ use presso_store::segment::{
     decode_entry, encode_entry, scan_segment, segment_file_name, EnvelopeError, SegmentHeader,
     ENTRY_HEADER_LEN, SEGMENT_HEADER_LEN,
 };
-use presso_store::{SimDir, StorageDir, Store, StoreError};
+use presso_store::{Committed, SimDir, StorageDir, Store, StoreError};
 use proptest::prelude::*;
 
 /// Truncating the last segment to every length inside its last entry (real files): the earlier
@@ -31,7 +31,7 @@ fn torn_tail_at_every_byte_of_the_last_entry() {
 
     for cut in last.offset..last.offset + last.entry_len() {
         std::fs::write(&seg_path, &full[..cut as usize]).unwrap();
-        let store = Store::open(tmp.dir(), config(1 << 20)).unwrap();
+        let store = Store::open(tmp.dir(), config(1 << 20), &Committed::default()).unwrap();
         let rec = store.recovery();
         assert_eq!(rec.discarded_bytes, cut - last.offset, "cut {cut}");
         assert_eq!(rec.entries, sizes.len() as u64 - 1);
@@ -65,7 +65,12 @@ fn damaged_last_entry_at_every_byte() {
         let mut bytes = full.clone();
         bytes[i as usize] ^= 0x10;
         sim.set_contents(&name, &bytes);
-        let store = Store::open(Arc::new(sim.clone()), config(1 << 20)).unwrap();
+        let store = Store::open(
+            Arc::new(sim.clone()),
+            config(1 << 20),
+            &Committed::default(),
+        )
+        .unwrap();
         assert_eq!(store.read(a).unwrap(), payload(1, 64));
         match store.read(b) {
             Err(StoreError::BadLocation { .. }) => {}
@@ -88,21 +93,47 @@ fn torn_segment_header_is_rewritten() {
             bytes[33] ^= 1; // full length but bad CRC
         }
         sim.set_contents(&name, &bytes);
-        let store = Store::open(Arc::new(sim.clone()), config(1 << 20)).unwrap();
+        let store = Store::open(
+            Arc::new(sim.clone()),
+            config(1 << 20),
+            &Committed::default(),
+        )
+        .unwrap();
         assert!(store.recovery().reinitialized, "cut {cut}");
         let loc = store.append(b"x").unwrap();
         assert_eq!(store.read(loc).unwrap(), b"x");
     }
-    // A damaged header on a segment with entries is refused, not rewritten.
-    let store = Store::open(Arc::new(sim.clone()), config(1 << 20)).unwrap();
-    store.append(b"entry").unwrap();
+    // A damaged header on a segment with entries is damage, not a crash: the file is kept byte
+    // for byte and reported, its entries still read, and appends go to a new segment.
+    let store = Store::open(
+        Arc::new(sim.clone()),
+        config(1 << 20),
+        &Committed::default(),
+    )
+    .unwrap();
+    let entry = store.append(b"entry").unwrap();
     store.sync().unwrap();
     drop(store);
     let mut bytes = sim.contents(&name).unwrap();
     bytes[9] ^= 1;
     sim.set_contents(&name, &bytes);
-    let err = Store::open(Arc::new(sim), config(1 << 20)).unwrap_err();
-    assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+    let store = Store::open(
+        Arc::new(sim.clone()),
+        config(1 << 20),
+        &Committed::default(),
+    )
+    .unwrap();
+    let report = store.recovery();
+    assert!(report.kept_damage);
+    assert_eq!(report.bad_headers.len(), 1, "{:?}", report.bad_headers);
+    assert_eq!(report.bad_headers[0].0, 1);
+    assert_eq!(
+        sim.contents(&name).unwrap(),
+        bytes,
+        "the damaged segment changed"
+    );
+    assert_eq!(store.read(entry).unwrap(), b"entry");
+    assert_eq!(store.current_segment(), 2);
 }
 
 #[test]
@@ -180,8 +211,15 @@ proptest! {
         let storage = sim.open(&name).unwrap();
         let scan = scan_segment(storage.as_ref(), SEGMENT_HEADER_LEN).unwrap();
         prop_assert!(scan.good_end <= bytes.len().max(SEGMENT_HEADER_LEN as usize) as u64);
-        if let Ok(store) = Store::open(Arc::new(sim.clone()), config(1 << 20)) {
+        if let Ok(store) = Store::open(Arc::new(sim.clone()), config(1 << 20), &Committed::default()) {
             let len = storage_len(&sim, &name);
+            if store.recovery().kept_damage {
+                // Entries after a damaged header: kept byte for byte, appends elsewhere.
+                prop_assert!(raw_header);
+                prop_assert_eq!(sim.contents(&name).unwrap(), bytes.clone());
+                prop_assert_eq!(store.append_position().segment, 2);
+                return Ok(());
+            }
             prop_assert_eq!(store.append_position().offset, len);
             // Reading back everything kept: each entry verifies or is reported damaged.
             let mut pos = SEGMENT_HEADER_LEN;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use common::{config, payload, sim_store, TempDir};
 use parking_lot::Mutex;
 use presso_store::segment::{segment_file_name, ENTRY_HEADER_LEN, SEGMENT_HEADER_LEN};
-use presso_store::{Location, Position, Store, StoreConfig, StoreError};
+use presso_store::{Committed, Location, Position, Store, StoreConfig, StoreError};
 
 #[test]
 fn round_trip_real_files_and_reopen() {
@@ -29,7 +29,7 @@ fn round_trip_real_files_and_reopen() {
     assert!(locs.last().unwrap().0.segment > 1, "small segments roll");
     drop(store);
 
-    let store = Store::open(tmp.dir(), config(4096)).unwrap();
+    let store = Store::open(tmp.dir(), config(4096), &Committed::default()).unwrap();
     assert_eq!(store.header().uuid, uuid);
     assert_eq!(store.header().properties, props);
     assert_eq!(store.recovery().discarded_bytes, 0);
@@ -115,7 +115,12 @@ fn damaged_entry_names_segment_and_offset() {
     bytes[(b.offset as usize) + ENTRY_HEADER_LEN + 50] ^= 0x40;
     sim.set_contents(&name, &bytes);
     // Reopening cuts the damaged last entry (it looks like a torn tail)...
-    let store = Store::open(Arc::new(sim.clone()), config(1 << 20)).unwrap();
+    let store = Store::open(
+        Arc::new(sim.clone()),
+        config(1 << 20),
+        &Committed::default(),
+    )
+    .unwrap();
     assert_eq!(store.recovery().discarded_bytes, b.entry_len());
     assert!(matches!(store.read(b), Err(StoreError::BadLocation { .. })));
     // ...while damage in the middle is found on read.
@@ -125,7 +130,12 @@ fn damaged_entry_names_segment_and_offset() {
     let mut bytes = sim.contents(&name).unwrap();
     bytes[(a.offset as usize) + ENTRY_HEADER_LEN + 3] ^= 1;
     sim.set_contents(&name, &bytes);
-    let store = Store::open(Arc::new(sim.clone()), config(1 << 20)).unwrap();
+    let store = Store::open(
+        Arc::new(sim.clone()),
+        config(1 << 20),
+        &Committed::default(),
+    )
+    .unwrap();
     assert_eq!(store.recovery().damaged, vec![a.offset]);
     assert_eq!(store.recovery().discarded_bytes, 0);
     assert_eq!(store.read(c).unwrap(), payload(3, 100));

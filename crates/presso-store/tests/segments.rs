@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use common::{config, payload, sim_store, TempDir};
 use presso_store::segment::{segment_file_name, ENTRY_HEADER_LEN, SEGMENT_HEADER_LEN};
-use presso_store::{DamagedEntry, EnvelopeError, Location, Store, StoreError};
+use presso_store::{Committed, DamagedEntry, EnvelopeError, Location, Store, StoreError};
 
 #[test]
 fn roll_seals_and_syncs_the_open_segment() {
@@ -28,7 +28,7 @@ fn roll_seals_and_syncs_the_open_segment() {
     // Nothing was synced explicitly, yet the rolled entries survive a crash.
     drop(store);
     sim.crash();
-    let store = Store::open(Arc::new(sim), config(1 << 20)).unwrap();
+    let store = Store::open(Arc::new(sim), config(1 << 20), &Committed::default()).unwrap();
     assert_eq!(store.read(a).unwrap(), payload(1, 300));
     assert_eq!(store.read(b).unwrap(), payload(2, 300));
     assert_eq!(store.current_segment(), 4);
@@ -86,7 +86,12 @@ fn remove_segment_refuses_the_open_one_and_removes_durably() {
     store.remove_segment(2).unwrap();
     drop(store);
     sim.crash();
-    let store = Store::open(Arc::new(sim.clone()), config(1 << 20)).unwrap();
+    let store = Store::open(
+        Arc::new(sim.clone()),
+        config(1 << 20),
+        &Committed::default(),
+    )
+    .unwrap();
     assert_eq!(store.segments(), vec![3]);
     assert_eq!(store.read(c).unwrap(), payload(3, 100));
     assert!(matches!(
@@ -121,7 +126,7 @@ fn remove_segment_on_real_files() {
     store.remove_segment(1).unwrap();
     assert!(!path.exists());
     drop(store);
-    let store = Store::open(tmp.dir(), config(1 << 20)).unwrap();
+    let store = Store::open(tmp.dir(), config(1 << 20), &Committed::default()).unwrap();
     assert_eq!(store.segments(), vec![2]);
 }
 
@@ -192,7 +197,12 @@ fn entries_reports_damage_and_goes_on() {
     let garbage_at = bytes.len() as u64;
     bytes.extend_from_slice(&[0xAB; 50]);
     sim.set_contents(&name, &bytes);
-    let store = Store::open(Arc::new(sim.clone()), config(1 << 20)).unwrap();
+    let store = Store::open(
+        Arc::new(sim.clone()),
+        config(1 << 20),
+        &Committed::default(),
+    )
+    .unwrap();
     let e = store.entries(1).unwrap();
     assert_eq!(e.entries.len(), 4);
     assert_eq!(

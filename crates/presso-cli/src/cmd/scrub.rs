@@ -32,19 +32,30 @@ pub fn run(args: ScrubArgs) -> Result<()> {
         println!("{v}");
     } else {
         println!(
-            "scrub: {} records ({} bytes) verified; {} damaged records, {} damaged segment entries; {} orphaned frames ({} bytes, reclaimed by `presso gc`)",
+            "scrub: {} records ({} bytes) verified; {} damaged records, {} damaged segment entries, {} damaged segment headers; {} orphaned frames ({} bytes, reclaimed by `presso gc`)",
             r.records_checked,
             r.bytes_checked,
             r.damaged.len(),
             r.damaged_entries.len(),
+            r.damaged_headers.len(),
             r.orphan_frames,
             r.orphan_bytes
         );
         for d in &r.damaged {
+            let file = d
+                .path
+                .clone()
+                .unwrap_or_else(|| format!("inode {} (no name)", d.ino));
+            let at = d
+                .file_offset
+                .map_or_else(|| format!("record {}", d.index), |o| format!("offset {o}"));
             println!(
-                "  damaged: inode {} record {} (segment {} offset {}): {}",
+                "  damaged: {file} at {at} (inode {}, record {}; segment {} offset {}): {}",
                 d.ino, d.index, d.segment, d.offset, d.error
             );
+        }
+        for (segment, why) in &r.damaged_headers {
+            println!("  damaged segment header: segment {segment}: {why}");
         }
         for (segment, offset, why) in &r.damaged_entries {
             println!("  damaged entry: segment {segment} offset {offset}: {why}");

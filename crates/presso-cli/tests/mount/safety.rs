@@ -225,3 +225,72 @@ fn a_mount_left_by_a_killed_daemon_is_named_and_removed() {
     f.mount(&[]);
     assert_file_eq(&f.p("kept"), &data);
 }
+
+/// Where the last entry of a segment file starts (following the envelopes' lengths).
+fn last_entry_offset(segment: &[u8]) -> usize {
+    let mut at = 40;
+    let mut last = None;
+    while at + 16 <= segment.len() {
+        let len = u32::from_le_bytes(segment[at + 4..at + 8].try_into().unwrap()) as usize;
+        last = Some(at);
+        at += 16 + len;
+    }
+    last.expect("the segment holds no entry")
+}
+
+/// A flipped byte in the last committed entry of the last segment, which recovery once took for
+/// a torn tail and cut with everything after it: the pool mounts and says so, only the record
+/// holding the byte fails to read (EIO), every other file reads back, nothing is cut, and
+/// `presso scrub` names the file and offset and exits non-zero.
+#[test]
+fn damage_in_the_last_committed_entry_costs_only_its_record() {
+    let mut f = Fixture::unmounted("last-entry", &[]);
+    let files = pool_with_files(&mut f);
+    let last = std::fs::read_dir(&f.pool)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter_map(|n| {
+            let number = n.strip_prefix("seg-")?.strip_suffix(".dat")?.parse::<u64>();
+            Some((number.ok()?, n))
+        })
+        .max()
+        .expect("a segment file")
+        .1;
+    let segment = f.pool.join(last);
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let at = last_entry_offset(&bytes) + 16 + 10;
+    bytes[at] ^= 0x5a;
+    std::fs::write(&segment, &bytes).unwrap();
+
+    f.mount(&[]);
+    let log = std::fs::read_to_string(f.pool.join("presso.log")).unwrap_or_default();
+    assert!(
+        log.contains("damaged below its committed entries") && log.contains("presso scrub"),
+        "the mount did not report the damage:\n{log}"
+    );
+    let mut failed = Vec::new();
+    for (name, data) in &files {
+        match std::fs::read(f.p(&format!("dir/{name}"))) {
+            Ok(got) => assert_bytes_eq(&got, data, name),
+            Err(e) => {
+                assert_eq!(e.raw_os_error(), Some(libc::EIO), "{name}: {e}");
+                failed.push(name.clone());
+            }
+        }
+    }
+    assert_eq!(failed.len(), 1, "files that failed to read: {failed:?}");
+    let out = f.presso_on_mount(&["scrub"]);
+    let listing = out.stdout.clone();
+    out.fails();
+    let named = format!("/dir/{} at offset ", failed[0]);
+    assert!(
+        listing.contains(&named),
+        "scrub does not name {named:?}:\n{listing}"
+    );
+    f.unmount();
+    assert_eq!(
+        std::fs::read(&segment).unwrap(),
+        bytes,
+        "the damaged segment changed"
+    );
+}

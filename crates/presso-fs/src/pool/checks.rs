@@ -2,12 +2,13 @@
 //! with other files or another pool, and metadata that is missing, empty, damaged or of
 //! another pool is refused — never taken as an empty file system.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
-use presso_meta::{MetaError, MetaStore};
+use presso_meta::{MetaError, MetaStore, SegmentUsage};
 use presso_store::header::POOL_FILE;
 use presso_store::io::parse_segment_file_name;
-use presso_store::{PoolHeader, StorageDir, LOCK_FILE};
+use presso_store::{Committed, PoolHeader, StorageDir, Store, StoreError, LOCK_FILE};
 
 use super::META_FILE;
 use crate::error::{FsError, Result};
@@ -57,6 +58,29 @@ pub(super) fn check_creatable(path: &Path, beside_files: bool) -> Result<()> {
     Ok(())
 }
 
+/// Reads the pool header. One that does not decode in a directory holding a pool's other
+/// files (metadata, segments) is damage, and the error says how to recover; in any other
+/// directory it is "not a pool".
+pub(super) fn read_header(dir: &dyn StorageDir) -> Result<PoolHeader> {
+    match Store::read_header(dir) {
+        Err(e @ (StoreError::NotAPool { .. } | StoreError::Corrupt { .. })) => {
+            let names = dir.list().unwrap_or_default();
+            let pool_files = names
+                .iter()
+                .any(|n| n.starts_with(META_FILE) || parse_segment_file_name(n).is_some());
+            if pool_files && names.iter().any(|n| n == POOL_FILE) {
+                Err(FsError::PoolHeaderDamaged(format!(
+                    "the pool header of {} is damaged: {e}",
+                    dir.describe()
+                )))
+            } else {
+                Err(e.into())
+            }
+        }
+        other => Ok(other?),
+    }
+}
+
 /// The error for the metadata of the pool at `pool` that cannot be opened.
 pub(super) fn unusable_metadata(pool: &Path, error: MetaError) -> FsError {
     let reason = match error {
@@ -82,4 +106,33 @@ pub(super) fn check_metadata(meta: &MetaStore, dir: &dyn StorageDir, id: &str) -
         // Pools created before the metadata named its pool are bound once opened.
         _ => Ok(()),
     }
+}
+
+/// What the metadata committed in the store, for its recovery: the highest segment committed
+/// records point into, and where the last committed entry of the last segment file ends (only
+/// that segment is scanned; every other one is durable in full).
+pub(super) fn committed(
+    meta: &MetaStore,
+    usage: &BTreeMap<u64, SegmentUsage>,
+    dir: &dyn StorageDir,
+) -> Result<Committed> {
+    let mut committed = Committed {
+        highest_segment: usage.keys().next_back().copied().unwrap_or(0),
+        ..Committed::default()
+    };
+    let listed = dir
+        .list_segments()
+        .map_err(|e| FsError::io(format!("cannot list {}", dir.describe()), e))?;
+    if let Some(&last) = listed.last() {
+        if let Some(end) = meta
+            .records_in_segment(last)?
+            .iter()
+            .map(|r| super::location(&r.rec))
+            .map(|loc| loc.offset + loc.entry_len())
+            .max()
+        {
+            committed.ends.insert(last, end);
+        }
+    }
+    Ok(committed)
 }

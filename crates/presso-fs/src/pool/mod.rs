@@ -27,7 +27,7 @@ use bytes::Bytes;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use presso_codec::frame::FrameHeader;
 use presso_codec::{Encoded, Engine, EngineConfig, Offload};
-use presso_meta::{MetaStore, RecordRef, TxgOp, POOL_INO};
+use presso_meta::{MetaStore, RecordRef, SegmentUsage, TxgOp, POOL_INO};
 use presso_store::{FsDir, Location, StorageDir, Store, StoreConfig, ENTRY_HEADER_LEN};
 
 use crate::error::{FsError, Result};
@@ -121,6 +121,23 @@ pub struct OpenReport {
     pub orphan_records_purged: usize,
     /// Bytes cut from a torn segment tail.
     pub torn_bytes: u64,
+    /// Segments whose header is damaged (number and why): kept, their records read as before.
+    pub damaged_segment_headers: Vec<(u64, String)>,
+    /// The last segment, damaged below what the metadata committed in it: kept as it is
+    /// (nothing cut), sealed; its damaged records read as I/O errors and scrub names them.
+    pub damage_kept: Option<u64>,
+    /// Segments committed records point into whose files are missing: those records read as
+    /// I/O errors and scrub names them.
+    pub missing_segments: Vec<u64>,
+}
+
+impl OpenReport {
+    /// Whether the pool holds damage found at open (scrub names the records it touches).
+    pub fn found_damage(&self) -> bool {
+        !self.damaged_segment_headers.is_empty()
+            || self.damage_kept.is_some()
+            || !self.missing_segments.is_empty()
+    }
 }
 
 impl Pool {
@@ -188,7 +205,7 @@ impl Pool {
             )
         })?;
         // Not a pool at all is the clearer message, so the header goes first.
-        Store::read_header(&dir)?;
+        checks::read_header(&dir)?;
         let meta = MetaStore::open_sqlite(path.join(META_FILE))
             .map_err(|e| checks::unusable_metadata(path, e))?;
         let (pool, report) = Pool::open_with(Arc::new(dir), meta, options)?;
@@ -204,19 +221,26 @@ impl Pool {
         options: PoolOptions,
     ) -> Result<(Arc<Pool>, OpenReport)> {
         // Everything is checked before the store's recovery may change a segment.
-        let id = checks::pool_id(&Store::read_header(dir.as_ref())?);
+        let id = checks::pool_id(&checks::read_header(dir.as_ref())?);
         checks::check_metadata(&meta, dir.as_ref(), &id)?;
+        let usage = meta.segment_usage()?;
+        let committed = checks::committed(&meta, &usage, dir.as_ref())?;
         let store = Store::open(
             dir,
             StoreConfig {
                 segment_size: options.segment_size,
             },
+            &committed,
         )?;
         if meta.pool_id()?.is_none() {
             meta.bind_pool(&id)?;
         }
+        let recovery = store.recovery();
         let mut report = OpenReport {
-            torn_bytes: store.recovery().discarded_bytes,
+            torn_bytes: recovery.discarded_bytes,
+            damaged_segment_headers: recovery.bad_headers.clone(),
+            damage_kept: recovery.kept_damage.then_some(recovery.segment),
+            missing_segments: missing_segments(&store, &usage),
             ..OpenReport::default()
         };
         let purged = meta.purge_orphans()?;
@@ -523,6 +547,16 @@ impl Drop for Pool {
     fn drop(&mut self) {
         self.txgs.shut_down();
     }
+}
+
+/// Segments committed records point into that the store has no file for.
+fn missing_segments(store: &Store, usage: &BTreeMap<u64, SegmentUsage>) -> Vec<u64> {
+    let present: std::collections::HashSet<u64> = store.segments().into_iter().collect();
+    usage
+        .keys()
+        .copied()
+        .filter(|s| !present.contains(s))
+        .collect()
 }
 
 /// Sets every segment's live bytes from the metadata (exact: one GROUP BY over the records).

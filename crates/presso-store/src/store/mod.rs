@@ -8,7 +8,8 @@
 //! Durability: `append` only writes. `sync` fsyncs and returns the durable [`Position`]; a
 //! transaction group commits metadata that references frames only after the sync that covers
 //! them. When a segment fills, it is synced before the next one is created, so every segment but
-//! the last is durable in full and recovery scans only the last one.
+//! the last is durable in full and recovery scans only the last one. Recovery cuts only bytes
+//! past what the metadata committed ([`Committed`]): damage below that is kept and reported.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,8 +29,8 @@ mod open;
 mod segments;
 
 use open::{
-    check_segment_header, create_segment, fix_tail, lock_dir, open_sealed_segment,
-    read_pool_header, recover_last_segment, stats_of,
+    create_segment, fix_tail, lock_dir, open_sealed_segment, read_pool_header,
+    recover_last_segment, stats_of, LastSegment,
 };
 
 /// Default size at which the store moves on to a new segment (256 MiB).
@@ -96,6 +97,41 @@ pub struct RecoveryReport {
     pub stopped_at: Option<(u64, String)>,
     /// The segment's header was incomplete (a crash while creating it) and was written again.
     pub reinitialized: bool,
+    /// Segments whose header does not verify (damaged, of another pool, naming another number),
+    /// with why: kept as they are, since every entry verifies on its own when read.
+    pub bad_headers: Vec<(u64, String)>,
+    /// The last segment is damaged below what the metadata committed in it (its scan stopped
+    /// there, or its header is damaged): nothing was cut, it was sealed as it is, and appends go
+    /// to a new segment. Reading a damaged entry reports corruption; the others read as before.
+    pub kept_damage: bool,
+}
+
+impl RecoveryReport {
+    /// Nothing to recover: a pool without segment files.
+    pub(super) fn nothing(segment: u64) -> RecoveryReport {
+        RecoveryReport {
+            segment,
+            entries: 0,
+            damaged: Vec::new(),
+            discarded_bytes: 0,
+            stopped_at: None,
+            reinitialized: false,
+            bad_headers: Vec::new(),
+            kept_damage: false,
+        }
+    }
+}
+
+/// What the metadata committed in the store, handed to [`Store::open`] so that recovery cuts
+/// only bytes nobody was ever told about.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Committed {
+    /// Per segment, where its last committed entry ends (envelope included). A segment not
+    /// listed holds no committed entry. Recovery reads the last segment's.
+    pub ends: BTreeMap<u64, u64>,
+    /// The highest segment number committed entries point into: new segments are numbered
+    /// above it, so the number of a missing segment file is never given to new entries.
+    pub highest_segment: u64,
 }
 
 /// What [`Store::entries`] found in one segment.
@@ -209,18 +245,26 @@ impl Store {
             .map_err(|e| io_error(POOL_FILE, 0, "rename", e))?;
         dir.sync_dir()
             .map_err(|e| io_error(&dir.describe(), 0, "sync directory", e))?;
-        Self::open_locked(dir, config, header, lock)
+        Self::open_locked(dir, config, header, lock, &Committed::default())
     }
 
     /// Reads the pool header (refusing a non-pool or a newer version), takes the pool's lock
     /// (refusing a pool in use: [`StoreError::InUse`]), opens every segment, recovers the last
     /// one and makes it ready for appends. The lock is held until the store is dropped.
-    pub fn open(dir: Arc<dyn StorageDir>, config: StoreConfig) -> Result<Self> {
+    ///
+    /// Recovery cuts only bytes past `committed` (and past the last entry that verifies): damage
+    /// below it is kept and reported in [`Store::recovery`], never cut, and a damaged segment
+    /// header does not stop the open.
+    pub fn open(
+        dir: Arc<dyn StorageDir>,
+        config: StoreConfig,
+        committed: &Committed,
+    ) -> Result<Self> {
         // The header first: a directory that is not a pool gets no lock file. The header never
         // changes after creation, so reading it before locking is safe.
         let header = read_pool_header(dir.as_ref())?;
         let lock = lock_dir(dir.as_ref())?;
-        Self::open_locked(dir, config, header, lock)
+        Self::open_locked(dir, config, header, lock, committed)
     }
 
     /// Reads the pool header of `dir` without locking or changing anything (refusing a
@@ -234,36 +278,42 @@ impl Store {
         config: StoreConfig,
         header: PoolHeader,
         lock: DirLock,
+        committed: &Committed,
     ) -> Result<Self> {
         let numbers = dir
             .list_segments()
             .map_err(|e| io_error(&dir.describe(), 0, "list", e))?;
         let mut segments = BTreeMap::new();
-        let recovery;
-        let current;
-        match numbers.split_last() {
-            None => {
-                let seg = create_segment(dir.as_ref(), FIRST_SEGMENT, &header)?;
-                recovery = RecoveryReport {
-                    segment: FIRST_SEGMENT,
-                    entries: 0,
-                    damaged: Vec::new(),
-                    discarded_bytes: 0,
-                    stopped_at: None,
-                    reinitialized: false,
-                };
-                current = seg;
-            }
+        let mut bad_headers = Vec::new();
+        let (mut recovery, last) = match numbers.split_last() {
+            None => (RecoveryReport::nothing(FIRST_SEGMENT), None),
             Some((&last, earlier)) => {
                 for &n in earlier {
-                    let seg = open_sealed_segment(dir.as_ref(), n, &header)?;
+                    let seg = open_sealed_segment(dir.as_ref(), n, &header, &mut bad_headers)?;
                     segments.insert(n, seg);
                 }
-                let (seg, report) = recover_last_segment(dir.as_ref(), last, &header)?;
-                recovery = report;
-                current = seg;
+                let end = committed.ends.get(&last).copied().unwrap_or(0);
+                let (seg, report) = recover_last_segment(dir.as_ref(), last, &header, end)?;
+                (report, Some(seg))
             }
-        }
+        };
+        bad_headers.append(&mut recovery.bad_headers);
+        recovery.bad_headers = bad_headers;
+        // Appends go on in the last segment unless it was sealed at damage, or committed entries
+        // point into a higher-numbered segment whose file is missing.
+        let after = numbers
+            .last()
+            .copied()
+            .unwrap_or(0)
+            .max(committed.highest_segment);
+        let current = match last {
+            Some(LastSegment::Open(seg)) if seg.number >= committed.highest_segment => seg,
+            Some(LastSegment::Open(seg) | LastSegment::Sealed(seg)) => {
+                segments.insert(seg.number, seg);
+                create_segment(dir.as_ref(), after + 1, &header)?
+            }
+            None => create_segment(dir.as_ref(), (after + 1).max(FIRST_SEGMENT), &header)?,
+        };
         segments.insert(current.number, current.clone());
         let durable = Position {
             segment: current.number,

@@ -1,5 +1,5 @@
 //! Opening a pool directory: its lock, its header, creating segments and recovering the last
-//! one (cutting a torn tail).
+//! one (cutting a torn tail past what the metadata committed, never damage below it).
 
 use super::*;
 
@@ -99,7 +99,7 @@ pub(super) fn create_segment(
     }))
 }
 
-pub(super) fn check_segment_header(
+fn check_segment_header(
     storage: &dyn Storage,
     name: &str,
     number: u64,
@@ -114,36 +114,40 @@ pub(super) fn check_segment_header(
         return Err(StoreError::Corrupt {
             file: name.to_string(),
             offset: 8,
-            reason: format!("segment header says segment {}", header.number),
+            reason: format!(
+                "the segment header says segment {} (a file renamed or copied here); move the \
+                 file out of this pool's directory",
+                header.number
+            ),
         });
     }
     if header.pool_uuid != pool.uuid {
         return Err(StoreError::Corrupt {
             file: name.to_string(),
             offset: 16,
-            reason: "segment belongs to another pool".to_string(),
+            reason: "the segment belongs to another pool (its header names another pool id); \
+                     move the file out of this pool's directory"
+                .to_string(),
         });
     }
     Ok(())
 }
 
-/// Opens a segment before the last: durable in full, so only its header is checked.
+/// Opens a segment before the last: durable in full, so nothing is scanned. A damaged header is
+/// reported in `bad_headers` and the file kept as it is: every entry verifies on its own when
+/// read, so the undamaged ones stay readable. A segment of another pool is refused.
 pub(super) fn open_sealed_segment(
     dir: &dyn StorageDir,
     number: u64,
     pool: &PoolHeader,
+    bad_headers: &mut Vec<(u64, String)>,
 ) -> Result<Arc<Segment>> {
     let name = segment_file_name(number);
     let storage = dir.open(&name).map_err(|e| io_error(&name, 0, "open", e))?;
     let len = storage.len().map_err(|e| io_error(&name, 0, "stat", e))?;
-    if len < SEGMENT_HEADER_LEN {
-        return Err(StoreError::Corrupt {
-            file: name,
-            offset: len,
-            reason: "sealed segment shorter than its header".to_string(),
-        });
+    if let Err(e) = verify_segment_header(storage.as_ref(), &name, number, pool, len)? {
+        bad_headers.push((number, e));
     }
-    check_segment_header(storage.as_ref(), &name, number, pool)?;
     Ok(Arc::new(Segment {
         number,
         name,
@@ -153,59 +157,91 @@ pub(super) fn open_sealed_segment(
     }))
 }
 
-/// Opens the last segment, cuts its torn tail and syncs it.
+/// `Ok(Err(reason))` when the segment's header is damaged (too short, or it does not decode:
+/// magic, version, CRC-32). A header that decodes but names another segment number or another
+/// pool is an error: that file was put there, and its entries could verify while holding other
+/// data than the metadata expects.
+fn verify_segment_header(
+    storage: &dyn Storage,
+    name: &str,
+    number: u64,
+    pool: &PoolHeader,
+    len: u64,
+) -> Result<std::result::Result<(), String>> {
+    if len < SEGMENT_HEADER_LEN {
+        return Ok(Err(format!(
+            "{name}: shorter than a segment header ({len} bytes)"
+        )));
+    }
+    let mut h = [0u8; SEGMENT_HEADER_LEN as usize];
+    storage
+        .read_at(&mut h, 0)
+        .map_err(|e| io_error(name, 0, "read", e))?;
+    if let Err(e) = SegmentHeader::decode(&h, name) {
+        return Ok(Err(e.to_string()));
+    }
+    check_segment_header(storage, name, number, pool).map(Ok)
+}
+
+/// Where recovery left the last segment.
+pub(super) enum LastSegment {
+    /// Ready for appends (its torn tail, if any, cut).
+    Open(Arc<Segment>),
+    /// Damaged below what the metadata committed in it: kept byte for byte, sealed; appends go
+    /// to a new segment.
+    Sealed(Arc<Segment>),
+}
+
+/// Opens the last segment and recovers it. Only bytes past both the last entry that verifies
+/// and `committed_end` (where the metadata's last committed entry in it ends; 0 for none) are
+/// cut: those were never acknowledged. A scan that stops below `committed_end` found damage,
+/// not a torn tail, and nothing is changed.
 pub(super) fn recover_last_segment(
     dir: &dyn StorageDir,
     number: u64,
     pool: &PoolHeader,
-) -> Result<(Arc<Segment>, RecoveryReport)> {
+    committed_end: u64,
+) -> Result<(LastSegment, RecoveryReport)> {
     let name = segment_file_name(number);
     let storage = dir.open(&name).map_err(|e| io_error(&name, 0, "open", e))?;
     let len = storage.len().map_err(|e| io_error(&name, 0, "stat", e))?;
-    let header_ok = if len >= SEGMENT_HEADER_LEN {
-        let mut h = [0u8; SEGMENT_HEADER_LEN as usize];
-        storage
-            .read_at(&mut h, 0)
-            .map_err(|e| io_error(&name, 0, "read", e))?;
-        SegmentHeader::decode(&h, &name).is_ok()
-    } else {
-        false
-    };
-    if !header_ok && len <= SEGMENT_HEADER_LEN {
-        // A crash while the segment was being created: entries are written only after the header
-        // is durable, so there is nothing to lose. Write the header again.
-        let header = SegmentHeader {
+    let mut report = RecoveryReport::nothing(number);
+    let segment = |storage, end| {
+        Arc::new(Segment {
             number,
-            pool_uuid: pool.uuid,
-        }
-        .encode();
-        storage
-            .set_len(0)
-            .map_err(|e| io_error(&name, 0, "truncate", e))?;
-        storage
-            .write_at(&header, 0)
-            .map_err(|e| io_error(&name, 0, "write", e))?;
-        storage.sync().map_err(|e| io_error(&name, 0, "sync", e))?;
-        let report = RecoveryReport {
-            segment: number,
-            entries: 0,
-            damaged: Vec::new(),
-            discarded_bytes: len,
-            stopped_at: None,
-            reinitialized: true,
-        };
-        let seg = Segment {
-            number,
-            name,
+            name: name.clone(),
             storage,
-            end: AtomicU64::new(SEGMENT_HEADER_LEN),
+            end: AtomicU64::new(end),
             dead: AtomicU64::new(0),
-        };
-        return Ok((Arc::new(seg), report));
+        })
+    };
+    if let Err(reason) = verify_segment_header(storage.as_ref(), &name, number, pool, len)? {
+        if len <= SEGMENT_HEADER_LEN && committed_end == 0 {
+            // A crash while the segment was being created: entries are written only after the
+            // header is durable, so there is nothing to lose. Write the header again.
+            write_fresh_header(storage.as_ref(), &name, number, pool)?;
+            report.discarded_bytes = len;
+            report.reinitialized = true;
+            return Ok((
+                LastSegment::Open(segment(storage, SEGMENT_HEADER_LEN)),
+                report,
+            ));
+        }
+        // Entries follow a damaged header: damage, never a crash (the header is durable before
+        // any entry is written). Keep everything.
+        report.bad_headers.push((number, reason));
+        report.kept_damage = true;
+        return Ok((LastSegment::Sealed(segment(storage, len)), report));
     }
-    check_segment_header(storage.as_ref(), &name, number, pool)?;
     let scan = scan_segment(storage.as_ref(), SEGMENT_HEADER_LEN)
         .map_err(|e| io_error(&name, SEGMENT_HEADER_LEN, "read", e))?;
+    report.entries = scan.entries;
+    report.damaged = scan.damaged;
+    report.stopped_at = scan.stop.map(|(off, e)| (off, e.to_string()));
+    if scan.good_end < committed_end {
+        report.kept_damage = true;
+        return Ok((LastSegment::Sealed(segment(storage, len)), report));
+    }
     if scan.good_end < len {
         storage
             .set_len(scan.good_end)
@@ -216,20 +252,26 @@ pub(super) fn recover_last_segment(
     storage
         .sync()
         .map_err(|e| io_error(&name, scan.good_end, "sync", e))?;
-    let report = RecoveryReport {
-        segment: number,
-        entries: scan.entries,
-        damaged: scan.damaged,
-        discarded_bytes: len - scan.good_end,
-        stopped_at: scan.stop.map(|(off, e)| (off, e.to_string())),
-        reinitialized: false,
-    };
-    let seg = Segment {
+    report.discarded_bytes = len - scan.good_end;
+    Ok((LastSegment::Open(segment(storage, scan.good_end)), report))
+}
+
+fn write_fresh_header(
+    storage: &dyn Storage,
+    name: &str,
+    number: u64,
+    pool: &PoolHeader,
+) -> Result<()> {
+    let header = SegmentHeader {
         number,
-        name,
-        storage,
-        end: AtomicU64::new(scan.good_end),
-        dead: AtomicU64::new(0),
-    };
-    Ok((Arc::new(seg), report))
+        pool_uuid: pool.uuid,
+    }
+    .encode();
+    storage
+        .set_len(0)
+        .map_err(|e| io_error(name, 0, "truncate", e))?;
+    storage
+        .write_at(&header, 0)
+        .map_err(|e| io_error(name, 0, "write", e))?;
+    storage.sync().map_err(|e| io_error(name, 0, "sync", e))
 }

@@ -132,12 +132,11 @@ impl Store {
     /// for scrub and garbage collection. Valid entries come back as [`Location`]s, damage as
     /// [`DamagedEntry`]s; after an unreadable envelope the scan finds the next valid one and
     /// goes on (see [`scan_entries`]). For the open segment the scan covers the entries appended
-    /// when it starts. A damaged segment header is an error ([`StoreError::Corrupt`]): the pool
-    /// would not open again with it.
+    /// when it starts. The segment header is not checked: open reported a damaged one
+    /// ([`RecoveryReport::bad_headers`]), and every entry verifies on its own.
     pub fn entries(&self, segment: u64) -> Result<SegmentEntries> {
         let seg = self.segment(segment)?;
         let end = seg.end.load(Ordering::Acquire);
-        check_segment_header(seg.storage.as_ref(), &seg.name, segment, &self.header)?;
         let scan = scan_entries(seg.storage.as_ref(), SEGMENT_HEADER_LEN, end)
             .map_err(|e| io_error(&seg.name, SEGMENT_HEADER_LEN, "read", e))?;
         Ok(SegmentEntries {
