@@ -5,6 +5,7 @@
 use std::collections::{HashMap, HashSet};
 
 use presso_meta::{RecordRef, TxgOp};
+use presso_store::SegmentStats;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
@@ -33,29 +34,37 @@ pub struct GcReport {
     pub bytes_removed: u64,
     /// Bytes written by the copies.
     pub bytes_copied: u64,
+    /// Segments left as they are because their live records did not fit in the free space.
+    #[serde(default)]
+    pub skipped: usize,
 }
 
-/// Rewrites the live records of every segment whose live fraction is below `min_live` (0..=1)
-/// into the open segment, then removes those segments. Writers and readers carry on meanwhile:
-/// each copy is committed as a compare-and-swap that loses to any concurrent overwrite, and
-/// readers that meet a removed segment look the record up again.
+/// Rewrites the live records of every segment whose live fraction is below `min_live` (0..=1;
+/// 1 collects every segment holding any garbage) into the open segment, and removes those
+/// segments. Writers and readers carry on meanwhile: each copy is committed as a
+/// compare-and-swap that loses to any concurrent overwrite, and readers that meet a removed
+/// segment look the record up again.
+///
+/// Segments go one at a time, most space freed per byte copied first (the least live share),
+/// each removed before the next is copied: on a nearly full disk a pass needs room for one
+/// segment's live records, not for all of them, and the first segments free the most. A
+/// segment whose live records do not fit in the free space left is skipped (`skipped`).
 pub fn gc(pool: &Pool, min_live: f64, progress: &mut dyn FnMut(Progress)) -> Result<GcReport> {
     let _one_at_a_time = pool.maintenance_lock();
     pool.refresh_live()?;
     let mut report = GcReport::default();
     let all = pool.store().all_segment_stats();
     report.segments = all.len();
-    let candidates: Vec<_> = all
+    let live = |s: &SegmentStats| s.total_bytes - s.dead_bytes;
+    let mut candidates: Vec<_> = all
         .into_iter()
-        .filter(|s| {
-            s.total_bytes > 0
-                && ((s.total_bytes - s.dead_bytes) as f64) < min_live * s.total_bytes as f64
-        })
+        .filter(|s| s.dead_bytes > 0 && (live(s) as f64) < min_live * s.total_bytes as f64)
         .collect();
-    let total: u64 = candidates
-        .iter()
-        .map(|s| s.total_bytes - s.dead_bytes)
-        .sum();
+    candidates.sort_by(|a, b| {
+        let share = |s: &SegmentStats| live(s) as f64 / s.total_bytes as f64;
+        share(a).total_cmp(&share(b))
+    });
+    let total: u64 = candidates.iter().map(live).sum();
     let mut done = 0;
     progress(Progress { done, total });
     if candidates
@@ -65,8 +74,15 @@ pub fn gc(pool: &Pool, min_live: f64, progress: &mut dyn FnMut(Progress)) -> Res
         pool.store().roll()?;
     }
     for seg in &candidates {
-        let records = pool.meta().records_in_segment(seg.segment)?;
-        for r in records {
+        if pool
+            .store()
+            .space()
+            .is_some_and(|(_, avail)| live(seg) > avail)
+        {
+            report.skipped += 1;
+            continue;
+        }
+        for r in pool.meta().records_in_segment(seg.segment)? {
             let frame = pool.read_frame(r.ino, r.index, &r.rec)?;
             let loc = pool.store().append(&frame)?;
             let mut moved = r.rec.clone();
@@ -87,14 +103,11 @@ pub fn gc(pool: &Pool, min_live: f64, progress: &mut dyn FnMut(Progress)) -> Res
             done += loc.entry_len();
             progress(Progress { done, total });
         }
-    }
-    // Every frame appended into a candidate before the roll is named by a queued op by now,
-    // and that op commits here: a segment is removed only if nothing refers to it.
-    let _settled = pool.frames_settled();
-    pool.commit(true)?;
-    for seg in &candidates {
-        let left = pool.meta().records_in_segment(seg.segment)?;
-        if !left.is_empty() {
+        // Every frame appended into the segment before the roll is named by a queued op by
+        // now, and that op commits here: a segment is removed only if nothing refers to it.
+        let settled = pool.frames_settled();
+        pool.commit(true)?;
+        if !pool.meta().records_in_segment(seg.segment)?.is_empty() {
             // Only a write racing with the copy can leave a reference here; try next time.
             continue;
         }
@@ -102,6 +115,7 @@ pub fn gc(pool: &Pool, min_live: f64, progress: &mut dyn FnMut(Progress)) -> Res
         let payload = seg.total_bytes.min(garbage);
         pool.store().remove_segment(seg.segment)?;
         pool.meta().release_garbage(payload)?;
+        drop(settled);
         report.segments_collected += 1;
         report.bytes_removed += seg.total_bytes;
     }

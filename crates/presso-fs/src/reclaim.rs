@@ -43,6 +43,8 @@ impl Default for ReclaimPolicy {
 struct State {
     /// A pass was asked for and has not started yet.
     requested: bool,
+    /// The pass asked for is for room: it collects every segment holding garbage.
+    for_room: bool,
     /// A pass is running.
     running: bool,
     /// Passes finished so far.
@@ -83,12 +85,16 @@ impl Reclaimer {
     }
 
     /// Runs a collection pass now and returns when a pass that started after this call has
-    /// finished (at once if the collector is stopping).
+    /// finished (at once if the collector is stopping). The pass is for room: it collects every
+    /// segment holding garbage, not only mostly dead ones, since short of space any garbage
+    /// freed is worth its copy (deleting half of every file of a full pool leaves every segment
+    /// half live).
     pub fn reclaim_now(&self) {
         let mut st = self.state.lock();
         if st.stopping {
             return;
         }
+        st.for_room = true;
         // A pass already running may have looked at the segments before the caller's garbage
         // existed: then wait for the next one, which starts after this point.
         let target = st.finished + 1 + u64::from(st.running);
@@ -124,10 +130,13 @@ impl Reclaimer {
                     return;
                 }
                 st.running = true;
-                std::mem::take(&mut st.requested)
+                let for_room = std::mem::take(&mut st.for_room);
+                (std::mem::take(&mut st.requested), for_room)
             };
+            let (asked, for_room) = asked;
+            let min_live = if for_room { 1.0 } else { policy.min_live };
             if asked || worth_collecting(pool, &policy) {
-                match maintenance::gc(pool, policy.min_live, &mut |_| {}) {
+                match maintenance::gc(pool, min_live, &mut |_| {}) {
                     Ok(r) if r.segments_collected > 0 => eprintln!(
                         "presso: reclaimed {} bytes from {} segments ({} records moved)",
                         r.bytes_removed, r.segments_collected, r.records_moved

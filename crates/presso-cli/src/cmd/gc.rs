@@ -9,16 +9,18 @@ use presso_fs::maintenance::GcReport;
 
 use super::{request, target};
 
-/// Rewrite mostly-dead segments and remove them (online when mounted).
+/// Reclaim the space of overwritten and deleted data: rewrite the live records of segments
+/// holding garbage and remove them (online when mounted).
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
-  presso gc /mnt/data
-  presso gc /srv/pool --min-live 80%   # also compact segments up to 80% live")]
+  presso gc /mnt/data                  # reclaim all garbage
+  presso gc /srv/pool --min-live 50%   # only segments less than half live (less copying)")]
 pub struct GcArgs {
     /// A pool directory or a mount point.
     pub path: PathBuf,
-    /// Rewrite segments whose live share is below this.
-    #[arg(long, default_value = "50%", value_parser = parse_percent)]
+    /// Rewrite only segments whose live share is below this (100%: every segment holding
+    /// garbage).
+    #[arg(long, default_value = "100%", value_parser = parse_percent)]
     pub min_live: f64,
     /// Print the report as JSON.
     #[arg(long)]
@@ -61,5 +63,13 @@ pub fn run(args: GcArgs) -> Result<()> {
         "gc: {} of {} segments collected, {} records moved ({} bytes copied), {} bytes removed",
         r.segments_collected, r.segments, r.records_moved, r.bytes_copied, r.bytes_removed
     );
+    if r.skipped > 0 {
+        println!(
+            "gc: {} segments left as they are: their live records do not fit in the free space \
+             of the disk holding the pool; free space there (or delete files in the pool) and \
+             run gc again",
+            r.skipped
+        );
+    }
     Ok(())
 }

@@ -146,6 +146,73 @@ fn overwrites_on_a_small_disk_reclaim_their_space_automatically() {
     drop(disk);
 }
 
+/// Fills the disk until ENOSPC with fsync'd 1 MiB files; returns the contents of those that
+/// fitted (file `i` is named `f{i}`).
+fn fill_until_full(f: &Fixture, contents: impl Fn(u64) -> Vec<u8>) -> Vec<u64> {
+    let mut written = Vec::new();
+    for i in 0..400u64 {
+        let result = File::create(f.p(&format!("f{i}"))).and_then(|mut file| {
+            file.write_all(&contents(i))?;
+            file.sync_all()
+        });
+        match result {
+            Ok(()) => written.push(i),
+            Err(e) => {
+                assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "file {i}: {e}");
+                let _ = std::fs::remove_file(f.p(&format!("f{i}")));
+                return written;
+            }
+        }
+    }
+    panic!("400 MB fitted on a small disk");
+}
+
+/// Deleting half of the data of a full pool makes room for new writes at once, without `presso
+/// gc` or an unmount: short of space, the write path collects every segment holding garbage,
+/// one at a time, most space freed first (every segment is half live here, which a pass
+/// looking only for mostly dead segments leaves alone).
+#[test]
+fn deleting_half_of_a_full_pool_lets_new_writes_succeed() {
+    let (_scratch, disk, mut f) = pool_on_small_disk("half", 128, "compression=off");
+    let contents = |i: u64| random_bytes(3000 + i, 1 << 20);
+    let written = fill_until_full(&f, contents);
+    assert!(written.len() >= 8, "only {} files fitted", written.len());
+    let (gone, kept): (Vec<u64>, Vec<u64>) = written.iter().partition(|&&i| i % 2 == 1);
+    for i in &gone {
+        std::fs::remove_file(f.p(&format!("f{i}"))).unwrap();
+    }
+    // A third of what was freed, written and fsync'd file by file.
+    let fresh = |i: u64| random_bytes(9000 + i, 1 << 20);
+    let new_files = (gone.len() / 3).max(2) as u64;
+    for i in 0..new_files {
+        let path = f.p(&format!("new{i}"));
+        let result = File::create(&path).and_then(|mut file| {
+            file.write_all(&fresh(i))?;
+            file.sync_all()
+        });
+        if let Err(e) = result {
+            let df = tool("df", &[&"-B1", &disk.dir]).stdout;
+            panic!(
+                "new file {i} of {new_files} after deleting {} of {} files: {e}\n{df}\n{}",
+                gone.len(),
+                written.len(),
+                f.status()
+            );
+        }
+    }
+    f.remount(&[]);
+    for &i in &kept {
+        assert_file_eq(&f.p(&format!("f{i}")), &contents(i));
+    }
+    for i in 0..new_files {
+        assert_file_eq(&f.p(&format!("new{i}")), &fresh(i));
+    }
+    f.presso_on_mount(&["scrub"]).ok();
+    f.unmount();
+    drop(f);
+    drop(disk);
+}
+
 #[test]
 fn online_gc_while_writers_rewrite_files() {
     let mut f = Fixture::new("gcrace");
