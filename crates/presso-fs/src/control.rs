@@ -51,7 +51,8 @@ pub enum Request {
     },
     /// Verify everything.
     Scrub,
-    /// Commit everything written so far, durably.
+    /// Commit everything written so far, durably; the reply is the [`crate::vfs::Unstored`]
+    /// data (empty when everything is in the pool).
     Sync,
 }
 
@@ -125,9 +126,20 @@ fn run(
         }
         Request::Get { .. } => run_offline(vfs.pool(), request, progress),
         // Everything written so far is compressed and committed first.
-        Request::Gc { .. } | Request::Scrub | Request::Sync => {
+        Request::Gc { .. } | Request::Scrub => {
             vfs.sync_all()?;
             run_offline(vfs.pool(), request, progress)
+        }
+        // The reply lists what could not be stored.
+        // A failure to store some records is the reply, not an error; any other is an error.
+        Request::Sync => {
+            let synced = vfs.sync_all();
+            let unstored = vfs.unstored();
+            if unstored.is_empty() {
+                synced?;
+            }
+            serde_json::to_value(unstored)
+                .map_err(|e| FsError::Control(format!("cannot encode the reply: {e}")))
         }
     }
 }

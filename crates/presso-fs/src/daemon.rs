@@ -158,6 +158,16 @@ pub fn serve(
     drop(session);
     let _ = std::fs::remove_file(&socket);
     let closed = vfs.shutdown();
+    let lost = vfs.unstored();
+    for file in &lost.files {
+        eprintln!(
+            "presso: lost at unmount, could not be stored: {} bytes of {}",
+            file.bytes,
+            file.path
+                .clone()
+                .unwrap_or_else(|| format!("inode {}", file.ino))
+        );
+    }
     served.and(closed)
 }
 

@@ -157,12 +157,7 @@ impl Damage {
             segment: rec.segment,
             offset: rec.offset,
             error,
-            path: pool
-                .meta()
-                .path_of(ino)
-                .ok()
-                .flatten()
-                .map(|p| String::from_utf8_lossy(&p).into_owned()),
+            path: pool.path_of(ino),
             file_offset: recordsize.and_then(|rs| index.checked_mul(rs as u64)),
         }
     }

@@ -7,7 +7,7 @@ use presso_codec::{BackendKind, CodecId, StatsSnapshot};
 
 use crate::error::Result;
 use crate::pool::Pool;
-use crate::vfs::Vfs;
+use crate::vfs::{Unstored, Vfs};
 
 /// Live records of one codec over the whole pool, from the metadata.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -83,6 +83,13 @@ pub struct Status {
     pub throughput: Throughput,
     /// Bytes waiting for compression.
     pub dirty_bytes: u64,
+    /// Written data that could not be stored (a full disk, an I/O error): kept in memory and
+    /// retried; an unmount refuses to drop it unless forced.
+    #[serde(default)]
+    pub unstored: Unstored,
+    /// Writes are refused (ENOSPC) for lack of free space on the disk holding the pool.
+    #[serde(default)]
+    pub space_low: bool,
     /// The accelerator in use, if any.
     pub accelerator: Option<String>,
     /// The engine's full counters since open.
@@ -145,6 +152,8 @@ impl Status {
             txgs: load(&counters.txgs),
             throughput,
             dirty_bytes: vfs.map_or(0, |v| v.dirty_bytes() as u64),
+            unstored: vfs.map_or_else(Unstored::default, |v| v.unstored()),
+            space_low: vfs.is_some_and(|v| v.space_low()),
             accelerator: engine.accelerator.name.clone(),
             engine,
         })

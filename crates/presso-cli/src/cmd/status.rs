@@ -116,6 +116,21 @@ pub fn render(s: &Status) -> String {
             human(t.read_bytes)
         );
     }
+    if s.space_low || !s.unstored.is_empty() {
+        let _ = writeln!(
+            out,
+            "NOT STORED  {} in {} files{}; writes get ENOSPC while the disk holding the pool is \
+             short of space: free space there or delete files in the pool (their space is \
+             collected at once); the data is retried, and `presso unmount` refuses to drop it",
+            human(s.unstored.bytes),
+            s.unstored.files.len(),
+            s.unstored
+                .error
+                .as_deref()
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default()
+        );
+    }
     if s.corruptions > 0 {
         let _ = writeln!(
             out,

@@ -5,17 +5,67 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use presso_fs::control::{self, Request};
+use presso_fs::vfs::Unstored;
 use presso_store::LockWatch;
 
 use super::target;
 
 /// Unmount a pool and wait until everything written is in the pool.
+///
+/// If some written data could not be stored (the disk holding the pool is full), the mount is
+/// left as it is and the command fails, naming the files: free space there (or delete files in
+/// the pool) and run it again, or unmount with --force and lose that data.
 #[derive(Debug, Args)]
-#[command(after_help = "Example:
-  presso unmount /mnt/data")]
+#[command(after_help = "Examples:
+  presso unmount /mnt/data
+  presso unmount --force /mnt/data   # even if written data could not be stored (it is lost)")]
 pub struct UnmountArgs {
     /// The mount point.
     pub mountpoint: PathBuf,
+    /// Unmount even if written data could not be stored; that data is lost (and named).
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Asks the daemon to store and commit everything; returns what it could not store (empty if
+/// it does not answer: the daemon then reports any loss in its log), or why the commit failed.
+fn unstored(pool: &std::path::Path) -> Result<Unstored, String> {
+    match control::call(pool, &Request::Sync, &mut |_| {}) {
+        Ok(Some(v)) => Ok(serde_json::from_value(v).unwrap_or_default()),
+        Ok(None) => Ok(Unstored::default()),
+        Err(e) => Err(e),
+    }
+}
+
+fn describe(lost: &Unstored) -> String {
+    let mut lines: Vec<String> = lost
+        .files
+        .iter()
+        .take(20)
+        .map(|f| {
+            format!(
+                "  {} bytes of {}",
+                f.bytes,
+                f.path
+                    .clone()
+                    .unwrap_or_else(|| format!("inode {} (no name left)", f.ino))
+            )
+        })
+        .collect();
+    if lost.files.len() > 20 {
+        lines.push(format!("  ... and {} more files", lost.files.len() - 20));
+    }
+    format!(
+        "{} bytes of {} files could not be stored{}:\n{}",
+        lost.bytes,
+        lost.files.len(),
+        lost.error
+            .as_deref()
+            .map(|e| format!(" ({e})"))
+            .unwrap_or_default(),
+        lines.join("\n")
+    )
 }
 
 /// Runs `presso unmount`.
@@ -29,6 +79,37 @@ pub fn run(args: UnmountArgs) -> Result<()> {
     // that cannot be probed counts as held, so we wait rather than call the daemon dead.
     let lock = LockWatch::open(&mount.pool).ok();
     let daemon_alive = lock.as_ref().is_some_and(|l| l.is_held().unwrap_or(true));
+    let lost = if daemon_alive {
+        match unstored(&mount.pool) {
+            Ok(lost) => lost,
+            Err(e) if !args.force => bail!(
+                "cannot commit what was written to {}: {e}\nstill mounted; fix the cause and run \
+                 `presso unmount {}` again, or `presso unmount --force {}` to unmount anyway \
+                 (what was not committed is lost)",
+                path.display(),
+                path.display(),
+                path.display()
+            ),
+            Err(e) => {
+                eprintln!("presso: unmounting with --force although the commit failed: {e}");
+                Unstored::default()
+            }
+        }
+    } else {
+        Unstored::default()
+    };
+    if !lost.is_empty() && !args.force {
+        bail!(
+            "{}\nstill mounted: the data is kept in memory and retried. Free space on the disk \
+             holding {} (or delete files in {}: their space is collected at once), then run \
+             `presso unmount {}` again; or `presso unmount --force {}` to unmount and lose it",
+            describe(&lost),
+            mount.pool.display(),
+            path.display(),
+            path.display(),
+            path.display()
+        );
+    }
     let status = Command::new("fusermount3").arg("-u").arg(&path).status();
     let unmounted = match status {
         Ok(s) if s.success() => true,
@@ -51,7 +132,13 @@ pub fn run(args: UnmountArgs) -> Result<()> {
         // nothing: the file system is unmounted already.
         let _ = lock.wait_released();
     }
-    if daemon_alive {
+    if !lost.is_empty() {
+        println!(
+            "unmounted {} with --force; lost: {}",
+            path.display(),
+            describe(&lost)
+        );
+    } else if daemon_alive {
         println!(
             "unmounted {}; everything written is in {}",
             path.display(),

@@ -213,6 +213,109 @@ fn deleting_half_of_a_full_pool_lets_new_writes_succeed() {
     drop(disk);
 }
 
+/// Takes every free block of the file system holding `path` (a file it creates there), as root,
+/// so the reserved blocks go too.
+fn take_all_space(path: &std::path::Path) -> File {
+    let file = File::create(path).unwrap();
+    let mut end = 0i64;
+    for chunk in [1i64 << 20, 4096] {
+        // SAFETY: fallocate on an open descriptor with valid offsets.
+        while unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&file), 0, end, chunk) } == 0
+        {
+            end += chunk;
+        }
+    }
+    file
+}
+
+/// A record the disk has no room for is never dropped behind anyone's back: fsync says ENOSPC,
+/// the file keeps its size, status names it, `presso unmount` refuses (non-zero, naming the
+/// file) and keeps the mount; once space returns the same data is stored and the unmount
+/// succeeds. `--force` unmounts anyway and names what was lost (with the disk full, its size
+/// could not be committed either).
+#[test]
+fn data_that_cannot_be_stored_is_kept_shown_and_never_dropped_silently() {
+    let (_scratch, disk, mut f) = pool_on_small_disk("unstored", 128, "compression=off");
+    let write_pending = |path: std::path::PathBuf, seed: u64| {
+        let data = random_bytes(seed, 100_000);
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .unwrap();
+        file.write_all_at(&data, 0).unwrap();
+        // Hand the pages to the daemon without asking it to store them: a part of one record,
+        // it waits there to be filled or flushed.
+        // SAFETY: sync_file_range on an open descriptor.
+        let rc = unsafe {
+            libc::sync_file_range(
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                0,
+                0,
+                libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                    | libc::SYNC_FILE_RANGE_WRITE
+                    | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+            )
+        };
+        assert_eq!(
+            rc,
+            0,
+            "sync_file_range: {}",
+            std::io::Error::last_os_error()
+        );
+        (file, data)
+    };
+
+    let (file, data) = write_pending(f.p("pending"), 77);
+    let filler = take_all_space(&disk.dir.join("filler"));
+    let error = file.sync_all().expect_err("fsync on a full disk succeeded");
+    assert_eq!(error.raw_os_error(), Some(libc::ENOSPC), "{error}");
+    assert_eq!(std::fs::metadata(f.p("pending")).unwrap().len(), 100_000);
+    let status = f.status();
+    assert_eq!(status["unstored"]["bytes"], 100_000, "{status}");
+    assert_eq!(
+        status["unstored"]["files"][0]["path"], "/pending",
+        "{status}"
+    );
+    let refused = exec(presso().arg("unmount").arg(&f.mnt)).fails();
+    assert!(
+        refused.contains("/pending") && refused.contains("--force"),
+        "{refused}"
+    );
+    assert!(is_mounted(&f.mnt), "the refused unmount unmounted");
+
+    drop(filler);
+    std::fs::remove_file(disk.dir.join("filler")).unwrap();
+    file.sync_all().expect("fsync once space is back");
+    drop(file);
+    assert_eq!(f.status()["unstored"]["bytes"], 0);
+    f.remount(&[]);
+    assert_file_eq(&f.p("pending"), &data);
+
+    let (file, _) = write_pending(f.p("lost"), 78);
+    let filler = take_all_space(&disk.dir.join("filler"));
+    assert!(file.sync_all().is_err());
+    drop(file);
+    let out = exec(presso().arg("unmount").arg("--force").arg(&f.mnt)).ok();
+    f.set_mounted(false);
+    assert!(out.contains("lost") && out.contains("/lost"), "{out}");
+    drop(filler);
+    std::fs::remove_file(disk.dir.join("filler")).unwrap();
+    f.mount(&[]);
+    // What was named lost is lost (the disk had no room for its size either); nothing else is,
+    // and nothing reads as bytes never written.
+    let lost = std::fs::read(f.p("lost")).unwrap();
+    assert!(
+        lost.iter().all(|&b| b == 0),
+        "the lost file reads other bytes"
+    );
+    assert_file_eq(&f.p("pending"), &data);
+    f.unmount();
+    drop(f);
+    drop(disk);
+}
+
 #[test]
 fn online_gc_while_writers_rewrite_files() {
     let mut f = Fixture::new("gcrace");

@@ -31,6 +31,13 @@ impl Pool {
         Ok(self.meta.make_node(parent, name, node)?)
     }
 
+    /// A path of `ino` from the pool's root, for messages; `None` when it has no name left (or
+    /// the metadata cannot say).
+    pub fn path_of(&self, ino: u64) -> Option<String> {
+        let path = self.meta.path_of(ino).ok()??;
+        Some(String::from_utf8_lossy(&path).into_owned())
+    }
+
     /// Reads a symbolic link.
     pub fn readlink(&self, ino: u64) -> Result<Vec<u8>> {
         Ok(self.meta.readlink(ino)?)

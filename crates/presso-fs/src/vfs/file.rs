@@ -43,6 +43,11 @@ pub(super) struct FileState {
     pub(super) next_generation: u64,
     pub(super) inflight: usize,
     pub(super) error: Option<Arc<FsError>>,
+    /// Records whose last attempt to be stored failed (a full disk, an I/O error): they stay
+    /// Dirty and are retried; see [`super::Unstored`].
+    pub(super) unstored: std::collections::BTreeSet<u64>,
+    /// Why the last of them failed.
+    pub(super) store_error: Option<String>,
     pub(super) size_dirty: bool,
     /// Whether the metadata was checked for bytes past the size (see `Vfs::trim_past_size`),
     /// which happens before the file first grows.

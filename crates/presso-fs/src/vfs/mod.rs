@@ -46,11 +46,13 @@ mod caller;
 mod file;
 mod namespace;
 mod read;
+mod unstored;
 mod write;
 
 use background::flusher;
 pub use caller::Caller;
 use file::{wait_compressed, Budget, FileNode, FileState, Slot, CLEARING};
+pub use unstored::{Unstored, UnstoredFile};
 
 /// Where the listing of one open directory stands: the name each cookie handed to the kernel
 /// resumes after. Holds the names of one pass over the directory.
@@ -223,6 +225,8 @@ impl Vfs {
                 next_generation: 1,
                 inflight: 0,
                 error: None,
+                unstored: Default::default(),
+                store_error: None,
                 size_dirty: false,
                 tail_checked: false,
                 queued_in: 0,

@@ -267,6 +267,7 @@ impl Vfs {
         let rs = st.recordsize;
         let keep = size.div_ceil(rs);
         let dropped = st.overlay.split_off(&keep);
+        st.unstored.split_off(&keep);
         let dirty = dropped
             .values()
             .filter(|s| matches!(s, Slot::Dirty { .. }))
@@ -412,6 +413,12 @@ fn completed(
                 },
             };
             st.overlay.insert(index, Slot::Stored { generation, rec });
+            // A failure not yet reported concerned records kept for a retry: once every one
+            // of them is stored, nothing was lost and there is nothing left to report.
+            if st.unstored.remove(&index) && st.unstored.is_empty() {
+                st.error = None;
+                st.store_error = None;
+            }
             st.queued_in = pool.txgs().queue(
                 op,
                 Some(OpTag {
@@ -438,6 +445,8 @@ fn completed(
                     touched: Instant::now(),
                 },
             );
+            st.unstored.insert(index);
+            st.store_error = Some(e.to_string());
             st.error = Some(Arc::new(e));
         }
         Err(_) => budget.give(rs),

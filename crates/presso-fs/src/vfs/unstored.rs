@@ -1,0 +1,76 @@
+//! Data the file layer holds that could not be stored in the pool (a full disk, an I/O error):
+//! kept in memory and retried, shown by status, and never dropped by an unmount that claims
+//! success.
+
+use serde::{Deserialize, Serialize};
+
+use super::*;
+
+/// Records written to the file layer whose last attempt to be stored failed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unstored {
+    /// The files holding them.
+    pub files: Vec<UnstoredFile>,
+    /// Their bytes in all.
+    pub bytes: u64,
+    /// Why the last attempt failed.
+    pub error: Option<String>,
+}
+
+/// One file with records that could not be stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnstoredFile {
+    /// Inode.
+    pub ino: u64,
+    /// A path of the file, if it still has a name.
+    pub path: Option<String>,
+    /// Bytes of its records not stored.
+    pub bytes: u64,
+}
+
+impl Unstored {
+    /// Whether everything written is stored.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+}
+
+impl Vfs {
+    /// What could not be stored so far (each record is retried at the next flush or sync).
+    pub fn unstored(&self) -> Unstored {
+        let nodes: Vec<_> = self.files.lock().values().cloned().collect();
+        let mut out = Unstored::default();
+        for node in nodes {
+            let (bytes, error) = {
+                let st = node.state.lock();
+                let bytes: u64 = st
+                    .unstored
+                    .iter()
+                    .filter_map(|i| match st.overlay.get(i) {
+                        Some(Slot::Dirty { buf, .. }) => Some(buf.len() as u64),
+                        _ => None,
+                    })
+                    .sum();
+                (bytes, st.store_error.clone())
+            };
+            if bytes == 0 {
+                continue;
+            }
+            out.bytes += bytes;
+            out.error = out.error.or(error);
+            let path = self.pool.path_of(node.ino);
+            out.files.push(UnstoredFile {
+                ino: node.ino,
+                path,
+                bytes,
+            });
+        }
+        out.files.sort_by_key(|f| f.ino);
+        out
+    }
+
+    /// Whether writes are refused for lack of space on the disk holding the pool.
+    pub fn space_low(&self) -> bool {
+        self.low_space.load(Ordering::Relaxed)
+    }
+}
