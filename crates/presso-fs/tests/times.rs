@@ -64,6 +64,22 @@ fn set_mtime(vfs: &Vfs, ino: u64) {
     vfs.setattr(ino, set).expect("set the mtime");
 }
 
+/// Commits everything, then checks the file keeps the time set and `size`, before and after a
+/// remount.
+fn assert_time_kept(vfs: Arc<Vfs>, dir: &SimDir, meta: &MemoryEngine, ino: u64, size: u64) {
+    vfs.sync_all().unwrap();
+    assert_eq!(
+        vfs.getattr(ino).unwrap().mtime,
+        ARCHIVED,
+        "after the commit"
+    );
+    vfs.shutdown().unwrap();
+    let vfs = mounted(dir, meta);
+    let attr = vfs.getattr(ino).unwrap();
+    assert_eq!((attr.size, attr.mtime), (size, ARCHIVED), "after a remount");
+    vfs.shutdown().unwrap();
+}
+
 /// A truncate queues the file's size with the time of the truncate; a later utimensat commits at
 /// once, the size op after it. The time set must win, before and after a remount.
 #[test]
@@ -83,17 +99,7 @@ fn a_time_set_after_a_truncate_survives_the_truncates_commit() {
     .unwrap();
     set_mtime(&vfs, ino);
     vfs.release(ino, fh).unwrap();
-    vfs.sync_all().unwrap();
-    assert_eq!(
-        vfs.getattr(ino).unwrap().mtime,
-        ARCHIVED,
-        "after the commit"
-    );
-    vfs.shutdown().unwrap();
-    let vfs = mounted(&dir, &meta);
-    let attr = vfs.getattr(ino).unwrap();
-    assert_eq!((attr.size, attr.mtime), (4, ARCHIVED), "after a remount");
-    vfs.shutdown().unwrap();
+    assert_time_kept(vfs, &dir, &meta, ino, 4);
 }
 
 /// The same after a preallocating writer extends the file (fallocate queues the new size at
@@ -107,19 +113,5 @@ fn a_time_set_after_a_fallocate_survives_its_commit() {
     vfs.fallocate(ino, 0, 1 << 20, 0).unwrap();
     vfs.release(ino, fh).unwrap();
     set_mtime(&vfs, ino);
-    vfs.sync_all().unwrap();
-    assert_eq!(
-        vfs.getattr(ino).unwrap().mtime,
-        ARCHIVED,
-        "after the commit"
-    );
-    vfs.shutdown().unwrap();
-    let vfs = mounted(&dir, &meta);
-    let attr = vfs.getattr(ino).unwrap();
-    assert_eq!(
-        (attr.size, attr.mtime),
-        (1 << 20, ARCHIVED),
-        "after a remount"
-    );
-    vfs.shutdown().unwrap();
+    assert_time_kept(vfs, &dir, &meta, ino, 1 << 20);
 }
