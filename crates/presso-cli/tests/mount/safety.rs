@@ -142,6 +142,27 @@ fn a_clean_unmount_leaves_a_pool_that_copies_without_its_log() {
     let mut restored = Fixture::create_in_existing(copy, f.scratch("copy-mnt"));
     restored.mount(&[]);
     assert_files(&restored, &files);
+    restored.unmount();
+
+    // And the everyday tools, each copying the whole directory.
+    let pool = f.pool.display().to_string();
+    for (tool, script) in [
+        ("cp -a", "cp -a \"$1\" \"$2\""),
+        (
+            "tar",
+            "mkdir \"$2\" && tar -C \"$1\" -cf - . | tar -C \"$2\" -xf -",
+        ),
+        ("rsync -a", "rsync -a \"$1/\" \"$2/\""),
+    ] {
+        let copy = f.scratch(&format!("copy-{}", tool.replace(' ', "")));
+        let copy_arg = copy.display().to_string();
+        exec(cmd("sh", ["-c", script, "copy", &pool, &copy_arg])).ok();
+        let mut restored =
+            Fixture::create_in_existing(copy, f.scratch(&format!("mnt-{}", tool.replace(' ', ""))));
+        restored.mount(&[]);
+        assert_files(&restored, &files);
+        restored.unmount();
+    }
 }
 
 #[test]
