@@ -224,6 +224,13 @@ pub trait MetaEngine: Send + Sync {
     fn checkpoint(&self) -> Result<()> {
         Ok(())
     }
+    /// Writes a consistent copy of everything committed to a new file at `path` (SQLite: `VACUUM
+    /// INTO`, a database that opens on its own), while writers go on; the caller makes it
+    /// durable. `Ok(false)`: the engine keeps no files and wrote nothing.
+    fn copy_to(&self, path: &std::path::Path) -> Result<bool> {
+        let _ = path;
+        Ok(false)
+    }
     /// Checkpoints, then closes the engine's files (SQLite: its connections, which removes the
     /// log and its index). Nothing may use the engine afterwards. Nothing to do by default.
     fn close(&self) -> Result<()> {

@@ -149,6 +149,12 @@ impl MetaStore {
         self.engine.checkpoint()
     }
 
+    /// Writes a consistent copy of the metadata to a new file at `path` (see
+    /// [`MetaEngine::copy_to`]); `Ok(false)` when the engine keeps no files.
+    pub fn copy_to(&self, path: impl AsRef<Path>) -> Result<bool> {
+        self.engine.copy_to(path.as_ref())
+    }
+
     /// Checkpoints and closes the engine (see [`MetaEngine::close`]): the last call on a store,
     /// at unmount.
     pub fn close(&self) -> Result<()> {

@@ -315,3 +315,34 @@ fn damage_in_the_last_committed_entry_costs_only_its_record() {
         "the damaged segment changed"
     );
 }
+
+/// The pool keeps its own copy of the metadata, refreshed at every clean unmount: with meta.db
+/// deleted, emptied or overwritten, the refusal names the copy, and copying it over meta.db
+/// gives back every file.
+#[test]
+fn the_metadata_copy_gives_back_a_pool_whose_metadata_is_lost() {
+    let mut f = Fixture::unmounted("meta-copy", &[]);
+    let files = pool_with_files(&mut f);
+    let meta = f.pool.join("meta.db");
+    let copy = f.pool.join("meta.db.copy");
+    assert!(copy.is_file(), "no metadata copy after a clean unmount");
+    let damages: [(&str, &dyn Fn()); 3] = [
+        ("deleted", &|| std::fs::remove_file(&meta).unwrap()),
+        ("emptied", &|| std::fs::write(&meta, b"").unwrap()),
+        ("overwritten", &|| {
+            std::fs::write(&meta, text_like(9, 8192)).unwrap()
+        }),
+    ];
+    for (what, damage) in damages {
+        damage();
+        let refused = exec(presso().arg("mount").arg(&f.pool).arg(&f.mnt)).fails();
+        assert!(
+            refused.contains("meta.db.copy"),
+            "{what}: the refusal does not name the copy: {refused}"
+        );
+        std::fs::copy(&copy, &meta).unwrap();
+        f.mount(&[]);
+        assert_files(&f, &files);
+        f.unmount();
+    }
+}

@@ -10,6 +10,7 @@ use presso_store::header::POOL_FILE;
 use presso_store::io::parse_segment_file_name;
 use presso_store::{Committed, PoolHeader, StorageDir, Store, StoreError, LOCK_FILE};
 
+use super::metacopy::COPY_FILE;
 use super::META_FILE;
 use crate::error::{FsError, Result};
 
@@ -87,7 +88,22 @@ pub(super) fn unusable_metadata(pool: &Path, error: MetaError) -> FsError {
         MetaError::NotInitialized(why) => why,
         other => format!("{}: {other}", pool.join(META_FILE).display()),
     };
-    FsError::MetadataUnusable(reason)
+    with_copy_hint(pool, FsError::MetadataUnusable(reason))
+}
+
+/// Adds to a refusal of the metadata of the pool at `pool` where its own copy is, if it has one.
+pub(super) fn with_copy_hint(pool: &Path, error: FsError) -> FsError {
+    match error {
+        FsError::MetadataUnusable(reason) if pool.join(COPY_FILE).is_file() => {
+            FsError::MetadataUnusable(format!(
+                "{reason}. The pool keeps its own copy of the metadata, {COPY_FILE} (as of its \
+                 last clean unmount, or a few minutes before it stopped): copying it over \
+                 {META_FILE} restores the files as they were then (what was written after it is \
+                 not in it)"
+            ))
+        }
+        other => other,
+    }
 }
 
 /// Refuses metadata that was never initialised or belongs to another pool. Reads only.

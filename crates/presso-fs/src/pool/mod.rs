@@ -34,8 +34,12 @@ use crate::error::{FsError, Result};
 use crate::props;
 
 mod checks;
+mod committer;
+mod metacopy;
 mod namespace;
 mod txg;
+
+pub use metacopy::COPY_FILE;
 
 pub use txg::{Committed, Group, OpTag, Txgs};
 
@@ -54,6 +58,8 @@ pub struct PoolOptions {
     pub workers: usize,
     /// Segment roll-over size.
     pub segment_size: u64,
+    /// How often, while the pool changes, its metadata copy is refreshed (see [`COPY_FILE`]).
+    pub metadata_copy_every: Duration,
 }
 
 impl Default for PoolOptions {
@@ -62,6 +68,7 @@ impl Default for PoolOptions {
             txg_interval: Duration::from_secs(1),
             workers: presso_codec::default_workers(),
             segment_size: presso_store::DEFAULT_SEGMENT_SIZE,
+            metadata_copy_every: Duration::from_secs(300),
         }
     }
 }
@@ -103,6 +110,10 @@ pub struct Pool {
     counters: PoolCounters,
     opened: Instant,
     maintenance: Mutex<()>,
+    /// The pool directory, where the metadata copy goes (SQLite pools opened by path only).
+    copy_dir: std::sync::OnceLock<std::path::PathBuf>,
+    /// Held while the metadata copy is written.
+    copying: Mutex<()>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -208,7 +219,9 @@ impl Pool {
         checks::read_header(&dir)?;
         let meta = MetaStore::open_sqlite(path.join(META_FILE))
             .map_err(|e| checks::unusable_metadata(path, e))?;
-        let (pool, report) = Pool::open_with(Arc::new(dir), meta, options)?;
+        let (pool, report) = Pool::open_with(Arc::new(dir), meta, options)
+            .map_err(|e| checks::with_copy_hint(path, e))?;
+        let _ = pool.copy_dir.set(path.to_path_buf());
         Ok((pool, report))
     }
 
@@ -269,11 +282,13 @@ impl Pool {
             counters: PoolCounters::default(),
             opened: Instant::now(),
             maintenance: Mutex::new(()),
+            copy_dir: std::sync::OnceLock::new(),
+            copying: Mutex::new(()),
         });
         let weak = Arc::downgrade(&pool);
         let handle = std::thread::Builder::new()
             .name("presso-txg".into())
-            .spawn(move || commit_loop(weak))
+            .spawn(move || committer::commit_loop(weak))
             .map_err(|e| FsError::io("cannot start the commit thread", e))?;
         *pool.committer.lock() = Some(handle);
         Ok((pool, report))
@@ -506,6 +521,11 @@ impl Pool {
         let result = self.commit(true);
         self.txgs.shut_down();
         self.join_committer();
+        if result.is_ok() {
+            if let Err(e) = self.refresh_metadata_copy() {
+                eprintln!("presso: cannot refresh the metadata copy at close: {e}");
+            }
+        }
         // The database file alone is then complete: a copy without its log loses nothing.
         let result = result.and_then(|()| Ok(self.meta.close()?));
         result.and(self.store.close().map_err(FsError::from))
@@ -584,36 +604,5 @@ pub fn location(rec: &RecordRef) -> Location {
         segment: rec.segment,
         offset: rec.offset,
         len: rec.stored_len,
-    }
-}
-
-/// How often the commit thread folds the metadata log into the database file while mounted,
-/// so that the file alone is never far behind.
-const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(60);
-
-fn commit_loop(pool: std::sync::Weak<Pool>) {
-    let mut checkpointed = Instant::now();
-    loop {
-        let Some(pool) = pool.upgrade() else { return };
-        let Some(group) = pool.txgs.next_group(pool.options.txg_interval) else {
-            return;
-        };
-        let result = pool.commit_group(&group.ops, group.durable);
-        let failed = result.is_err();
-        pool.txgs.finish(group, result);
-        if !failed && checkpointed.elapsed() >= CHECKPOINT_INTERVAL {
-            checkpointed = Instant::now();
-            if let Err(e) = pool.meta.checkpoint() {
-                eprintln!("presso: metadata checkpoint failed (retried later): {e}");
-            }
-        }
-        if failed {
-            if pool.store.is_failed() {
-                return;
-            }
-            // Avoid a hot loop while the cause (a full disk) persists.
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        drop(pool);
     }
 }

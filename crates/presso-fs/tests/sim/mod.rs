@@ -45,6 +45,7 @@ pub fn pool_options() -> PoolOptions {
         txg_interval: Duration::from_millis(50),
         workers: 2,
         segment_size: 4 << 20,
+        ..PoolOptions::default()
     }
 }
 

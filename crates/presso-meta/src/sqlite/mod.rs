@@ -319,6 +319,28 @@ impl MetaEngine for SqliteEngine {
             .map_err(eng_on(&writer.conn))
     }
 
+    fn copy_to(&self, path: &Path) -> Result<bool> {
+        let target = path
+            .to_str()
+            .ok_or_else(|| MetaError::invalid("the copy's path is not UTF-8"))?;
+        let conn = self.take_reader()?;
+        // A read connection: the copy is one read transaction's snapshot, and writers go on.
+        // `query_only` refuses VACUUM INTO (it writes, if only to another file), so it is lifted
+        // for this one statement; a connection that cannot be put back is closed.
+        let copied = conn
+            .execute_batch("PRAGMA query_only=OFF")
+            .and_then(|()| conn.execute("VACUUM INTO ?1", [target]))
+            .map_err(eng_on(&conn));
+        match conn.execute_batch("PRAGMA query_only=ON") {
+            Ok(()) => self.give_back(conn),
+            Err(_) => {
+                drop(conn);
+                self.forget_reader();
+            }
+        }
+        copied.map(|_| true)
+    }
+
     fn close(&self) -> Result<()> {
         self.readers.lock().map_err(poisoned)?.idle.clear();
         self.checkpoint()?;

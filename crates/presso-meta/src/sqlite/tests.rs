@@ -172,3 +172,26 @@ fn failures_are_classified_by_result_code() {
         MetaError::EngineFailure(_)
     ));
 }
+
+#[test]
+fn a_copy_opens_on_its_own_with_everything_committed() {
+    let db = TempDb::new("copy-src");
+    let copy = TempDb::new("copy-dst");
+    let store = crate::MetaStore::create_sqlite(&db.0).unwrap();
+    store.init().unwrap();
+    let node = crate::NewNode::file(0o600, 7, 8);
+    let f = store
+        .make_node(crate::ROOT_INO, b"kept", &node)
+        .unwrap()
+        .ino;
+    store
+        .set_xattr(f, b"user.k", b"v", Default::default())
+        .unwrap();
+    // Uncheckpointed commits are in the log only; the copy must hold them.
+    assert!(store.copy_to(&copy.0).unwrap());
+    let copied = crate::MetaStore::open_sqlite(&copy.0).unwrap();
+    assert_eq!(copied.lookup(crate::ROOT_INO, b"kept").unwrap().ino, f);
+    assert_eq!(copied.get_xattr(f, b"user.k").unwrap(), b"v");
+    // A copy never overwrites a file.
+    assert!(store.copy_to(&copy.0).is_err());
+}

@@ -1,0 +1,71 @@
+//! The pool's own copy of its metadata, `meta.db.copy` beside `meta.db`: metadata is what makes
+//! the segments mean anything, so, as ZFS keeps more copies of metadata than of data, the pool
+//! keeps a second, consistent one. It is refreshed at every clean close and, while the pool
+//! changes, every few minutes (in the background: writers go on). Each refresh writes a new file
+//! and renames it over the old one, so the copy is always whole. When `meta.db` is lost or
+//! damaged the refusal names the copy, which restores the pool as of its time.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::Pool;
+use crate::error::{FsError, Result};
+
+/// The copy's file name in the pool directory.
+pub const COPY_FILE: &str = "meta.db.copy";
+const COPY_TMP_FILE: &str = "meta.db.copy.tmp";
+
+impl Pool {
+    /// Writes a fresh copy of the metadata into the pool directory (a pool opened from a
+    /// directory with SQLite metadata; others keep no copy). Waits for a refresh under way.
+    pub fn refresh_metadata_copy(&self) -> Result<()> {
+        let Some(dir) = self.copy_dir.get() else {
+            return Ok(());
+        };
+        let _one_at_a_time = self.copying.lock();
+        write_copy(self, dir)
+    }
+
+    /// Starts a refresh in the background unless one is under way.
+    pub(super) fn refresh_metadata_copy_later(self: &Arc<Self>) {
+        if self.copy_dir.get().is_none() {
+            return;
+        }
+        let pool = self.clone();
+        let _ = std::thread::Builder::new()
+            .name("presso-metacopy".into())
+            .spawn(move || {
+                let Some(_one_at_a_time) = pool.copying.try_lock() else {
+                    return;
+                };
+                if let Some(dir) = pool.copy_dir.get() {
+                    if let Err(e) = write_copy(&pool, dir) {
+                        eprintln!("presso: cannot refresh the metadata copy (retried later): {e}");
+                    }
+                }
+            });
+    }
+}
+
+fn write_copy(pool: &Pool, dir: &Path) -> Result<()> {
+    let tmp = dir.join(COPY_TMP_FILE);
+    let io = |what: &str, path: &PathBuf, e| FsError::io(format!("{what} {}", path.display()), e);
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(io("cannot remove", &tmp, e))
+        }
+        _ => {}
+    }
+    if !pool.meta.copy_to(&tmp)? {
+        return Ok(());
+    }
+    std::fs::File::open(&tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| io("cannot sync", &tmp, e))?;
+    let copy = dir.join(COPY_FILE);
+    std::fs::rename(&tmp, &copy).map_err(|e| io("cannot rename to", &copy, e))?;
+    let dir = dir.to_path_buf();
+    std::fs::File::open(&dir)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| io("cannot sync", &dir, e))
+}
