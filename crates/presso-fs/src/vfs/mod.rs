@@ -308,6 +308,13 @@ impl Vfs {
         self.pool.commit(true)
     }
 
+    /// fsync of a directory: makes every name made, changed or removed so far durable. Names
+    /// commit to the metadata at once (not durably), and a durable commit makes every earlier
+    /// commit durable with it.
+    pub fn fsync_dir(&self) -> Result<()> {
+        self.pool.commit(true)
+    }
+
     /// Commits everything written so far (every file), durably: partial records are
     /// compressed and stored, sizes queued, then one durable commit.
     pub fn sync_all(&self) -> Result<()> {
