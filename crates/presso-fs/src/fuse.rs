@@ -437,6 +437,19 @@ impl Filesystem for PressoFs {
         self.spawn(move |vfs| empty(reply, vfs.fsync(ino)));
     }
 
+    // Without this the library answers ENOSYS, and the kernel then stops sending FSYNCDIR and
+    // reports success for every directory fsync without anything being made durable.
+    fn fsyncdir(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        _fh: u64,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.spawn(move |vfs| empty(reply, vfs.fsync_dir()));
+    }
+
     fn opendir(&mut self, _req: &Request<'_>, _ino: u64, _flags: i32, reply: ReplyOpen) {
         reply.opened(self.vfs.opendir(), 0);
     }

@@ -79,6 +79,11 @@ pub struct Status {
     pub corruptions: u64,
     /// Transaction groups committed since open.
     pub txgs: u64,
+    /// Durable commits since open (fsync, a directory's fsync, the durability sweep, unmount).
+    pub durable_commits: u64,
+    /// Whether the mount holds changes that are not durable yet (the durability sweep is due or
+    /// running); false when not mounted.
+    pub durability_pending: bool,
     /// Mount throughput (zero when not mounted).
     pub throughput: Throughput,
     /// Bytes waiting for compression.
@@ -150,6 +155,8 @@ impl Status {
             inline_records: load(&counters.frames_inline),
             corruptions: load(&counters.corruptions),
             txgs: load(&counters.txgs),
+            durable_commits: load(&counters.durable_commits),
+            durability_pending: vfs.is_some_and(Vfs::durability_pending),
             throughput,
             dirty_bytes: vfs.map_or(0, |v| v.dirty_bytes() as u64),
             unstored: vfs.map_or_else(Unstored::default, |v| v.unstored()),

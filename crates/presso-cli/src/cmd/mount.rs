@@ -14,6 +14,7 @@ use presso_fs::daemon::{self, MountConfig};
 #[command(after_help = "Examples:
   presso mount /srv/pool /mnt/data
   presso mount /srv/pool /mnt/data -o allow_other
+  presso mount /srv/pool /mnt/data -o sync_interval=30   # durable within 30 s instead of 5 s
   presso mount -f /srv/pool /mnt/data      # stay in the foreground (logs to stderr)
   mount -t fuse.presso /srv/pool /mnt/data # with the mount helper installed:
                                            #   ln -s $(command -v presso) /sbin/mount.fuse.presso
@@ -21,8 +22,14 @@ use presso_fs::daemon::{self, MountConfig};
 
 Mount options (-o, comma-separated): allow_other (other users may enter, permissions still apply),
 ro, rw, noexec, exec, nonempty (mount over a directory that holds files, hiding them while
-mounted; refused otherwise). The mount is private to its owner otherwise. `presso unmount` (or SIGTERM to the daemon)
-flushes everything to the pool.")]
+mounted; refused otherwise), sync_interval=SECONDS (default 5; see below). The mount is private
+to its owner otherwise.
+
+Durability: fsync, fdatasync, O_SYNC and O_DSYNC writes, fsync on a directory and unmount
+(`presso unmount`, or SIGTERM to the daemon) make what they cover durable before they return.
+Everything else the daemon has received is durable at most sync_interval seconds later (0.1 to
+3600, decimals allowed). `sync` hands the kernel's cached writes to the daemon but is not a
+durability point by itself: the kernel sends FUSE file systems no sync request.")]
 pub struct MountArgs {
     /// The pool directory.
     pub pool: PathBuf,
@@ -68,13 +75,34 @@ fn parse_options(options: &[String]) -> Result<MountConfig> {
             "noexec" => config.no_exec = true,
             "nonempty" => config.nonempty = true,
             "exec" => config.no_exec = false,
+            p if p.starts_with("sync_interval=") => {
+                config.vfs.sync_interval = sync_interval(&p["sync_interval=".len()..])?;
+            }
             p if IGNORED.contains(&p) || p.starts_with("x-") => {}
             p => bail!(
-                "unknown mount option '{p}'; valid: allow_other, ro, rw, noexec, exec, nonempty"
+                "unknown mount option '{p}'; valid: allow_other, ro, rw, noexec, exec, nonempty, \
+                 sync_interval=SECONDS"
             ),
         }
     }
     Ok(config)
+}
+
+/// The longest `sync_interval` accepted: an hour of data at risk is already more than anyone
+/// should choose.
+const MAX_SYNC_INTERVAL_SECS: f64 = 3600.0;
+
+/// Parses `sync_interval=SECONDS`: seconds, decimals allowed, from 0.1 to an hour.
+fn sync_interval(value: &str) -> Result<std::time::Duration> {
+    match value.parse::<f64>() {
+        Ok(secs) if (0.1..=MAX_SYNC_INTERVAL_SECS).contains(&secs) => {
+            Ok(std::time::Duration::from_secs_f64(secs))
+        }
+        _ => bail!(
+            "sync_interval={value}: give seconds from 0.1 to {MAX_SYNC_INTERVAL_SECS} (e.g. \
+             sync_interval=5); for a durable write at once use fsync, O_SYNC or O_DSYNC"
+        ),
+    }
 }
 
 /// Runs `presso mount`.
@@ -215,5 +243,23 @@ mod tests {
         assert!(parse_options(&["nosuid,noexec".into()]).unwrap().no_exec);
         let e = parse_options(&["compression=lz4".into()]).unwrap_err();
         assert!(e.to_string().contains("allow_other"), "{e}");
+    }
+
+    #[test]
+    fn sync_interval_is_seconds_within_limits() {
+        use std::time::Duration;
+        let default = parse_options(&[]).unwrap().vfs.sync_interval;
+        assert_eq!(default, presso_fs::vfs::DEFAULT_SYNC_INTERVAL);
+        let c = parse_options(&["ro,sync_interval=30".into()]).unwrap();
+        assert_eq!(c.vfs.sync_interval, Duration::from_secs(30));
+        let c = parse_options(&["sync_interval=0.5".into()]).unwrap();
+        assert_eq!(c.vfs.sync_interval, Duration::from_millis(500));
+        for bad in ["0", "0.05", "3601", "-1", "5s", "", "nan", "inf"] {
+            let e = parse_options(&[format!("sync_interval={bad}")]).unwrap_err();
+            assert!(
+                e.to_string().contains("from 0.1 to 3600"),
+                "sync_interval={bad}: {e}"
+            );
+        }
     }
 }

@@ -19,8 +19,9 @@ JSON fields include logical_bytes, stored_bytes, garbage_bytes, disk_bytes, rati
 (per codec, over the whole pool: records, logical_bytes, stored_bytes, ratio), records_offloaded,
 records_software,
 fallback_busy, fallback_failure, fallback_unavailable, holes, stored_raw, precheck_skips,
-inline_records, corruptions, txgs, throughput{written_bytes, read_bytes, write_bytes_per_sec,
-read_bytes_per_sec}, and the engine's full counters under engine. The space figures and codecs[]
+inline_records, corruptions, txgs, durable_commits, durability_pending (the mount holds changes
+not durable yet), throughput{written_bytes, read_bytes,
+write_bytes_per_sec, read_bytes_per_sec}, and the engine's full counters under engine. The space figures and codecs[]
 cover the whole pool; the other counters count since the pool was mounted (or opened).")]
 pub struct StatusArgs {
     /// A pool directory or a mount point.

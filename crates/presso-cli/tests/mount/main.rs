@@ -13,6 +13,7 @@ mod common;
 
 mod concurrency;
 mod data;
+mod durability;
 mod mounting;
 mod namespace;
 mod privileges;

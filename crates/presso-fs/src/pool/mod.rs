@@ -38,10 +38,12 @@ mod committer;
 mod metacopy;
 mod namespace;
 mod txg;
+mod unsynced;
 
 pub use metacopy::COPY_FILE;
 
 pub use txg::{Committed, Group, OpTag, Txgs};
+pub use unsynced::Unsynced;
 
 /// Frames up to this many bytes are kept inline in the metadata instead of a segment (ZFS embeds
 /// up to 112 bytes in a block pointer).
@@ -83,6 +85,8 @@ pub struct PendingFrame<'a> {
 pub struct PoolCounters {
     /// Transaction groups committed.
     pub txgs: AtomicU64,
+    /// Durable commits (segment synced, metadata synced): fsync, the durability sweep, unmount.
+    pub durable_commits: AtomicU64,
     /// Record-map ops committed.
     pub ops: AtomicU64,
     /// Frames appended to segments.
@@ -104,6 +108,7 @@ pub struct Pool {
     engine: Engine,
     options: PoolOptions,
     txgs: Txgs,
+    unsynced: Arc<Unsynced>,
     committer: Mutex<Option<JoinHandle<()>>>,
     /// Read-held from a frame's append until its op is queued; see [`Pool::frames_settled`].
     pending_frames: RwLock<()>,
@@ -277,6 +282,7 @@ impl Pool {
             engine,
             options,
             txgs: Txgs::default(),
+            unsynced: Arc::default(),
             committer: Mutex::new(None),
             pending_frames: RwLock::new(()),
             counters: PoolCounters::default(),
@@ -360,6 +366,7 @@ impl Pool {
             )));
         }
         self.meta.set_prop(ino, name, &value)?;
+        self.unsynced.note();
         Ok(value)
     }
 
@@ -508,6 +515,12 @@ impl Pool {
         &self.txgs
     }
 
+    /// Changes not yet durable: noted by every change, taken by the file layer's durability
+    /// sweep.
+    pub fn unsynced(&self) -> &Arc<Unsynced> {
+        &self.unsynced
+    }
+
     /// Closes the open transaction group now and waits until it (and everything queued before
     /// this call) is committed; with `durable`, also durable against power loss.
     pub fn commit(&self, durable: bool) -> Result<()> {
@@ -556,6 +569,11 @@ impl Pool {
             self.discard(rec);
         }
         self.counters.txgs.fetch_add(1, Ordering::Relaxed);
+        if durable {
+            self.counters
+                .durable_commits
+                .fetch_add(1, Ordering::Relaxed);
+        }
         self.counters
             .ops
             .fetch_add(ops.len() as u64, Ordering::Relaxed);

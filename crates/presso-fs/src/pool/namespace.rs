@@ -4,12 +4,23 @@
 
 use std::ops::RangeBounds;
 
-use presso_meta::{Attr, DirEntry, LinkFate, NewNode, RecordRef, SetAttr, Unlinked, XattrFlags};
+use presso_meta::{
+    Attr, DirEntry, LinkFate, MetaError, NewNode, RecordRef, SetAttr, Unlinked, XattrFlags,
+};
 
 use super::Pool;
 use crate::error::Result;
 
 impl Pool {
+    /// The result of a metadata change; a change that happened is noted for the durability
+    /// sweep (a failed one changed nothing).
+    fn noted<T>(&self, result: std::result::Result<T, MetaError>) -> Result<T> {
+        if result.is_ok() {
+            self.unsynced.note();
+        }
+        Ok(result?)
+    }
+
     /// Looks a name up.
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr> {
         Ok(self.meta.lookup(parent, name)?)
@@ -23,12 +34,12 @@ impl Pool {
     /// Changes attributes (the size of a regular file goes through the file layer, which queues
     /// it in a transaction group).
     pub fn setattr(&self, ino: u64, set: &SetAttr) -> Result<Attr> {
-        Ok(self.meta.setattr(ino, set)?)
+        self.noted(self.meta.setattr(ino, set))
     }
 
     /// Creates a file, directory, symbolic link, device node, FIFO or socket.
     pub fn make_node(&self, parent: u64, name: &[u8], node: &NewNode) -> Result<Attr> {
-        Ok(self.meta.make_node(parent, name, node)?)
+        self.noted(self.meta.make_node(parent, name, node))
     }
 
     /// A path of `ino` from the pool's root, for messages; `None` when it has no name left (or
@@ -45,7 +56,7 @@ impl Pool {
 
     /// Adds a hard link.
     pub fn link(&self, ino: u64, parent: u64, name: &[u8]) -> Result<Attr> {
-        Ok(self.meta.link(ino, parent, name)?)
+        self.noted(self.meta.link(ino, parent, name))
     }
 
     /// Removes a name. A file that loses its last name and is not open (`is_open`) is removed
@@ -56,14 +67,14 @@ impl Pool {
         name: &[u8],
         is_open: &dyn Fn(u64) -> bool,
     ) -> Result<Unlinked> {
-        let gone = self.meta.unlink(parent, name, is_open)?;
+        let gone = self.noted(self.meta.unlink(parent, name, is_open))?;
         self.discard_freed(&gone);
         Ok(gone)
     }
 
     /// Removes an empty directory.
     pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<()> {
-        Ok(self.meta.rmdir(parent, name)?)
+        self.noted(self.meta.rmdir(parent, name))
     }
 
     /// Renames, replacing an existing target where POSIX allows; what happened to a replaced
@@ -76,9 +87,10 @@ impl Pool {
         new_name: &[u8],
         is_open: &dyn Fn(u64) -> bool,
     ) -> Result<Option<Unlinked>> {
-        let replaced = self
-            .meta
-            .rename(parent, name, new_parent, new_name, is_open)?;
+        let replaced = self.noted(
+            self.meta
+                .rename(parent, name, new_parent, new_name, is_open),
+        )?;
         if let Some(gone) = &replaced {
             self.discard_freed(gone);
         }
@@ -93,9 +105,10 @@ impl Pool {
         new_parent: u64,
         new_name: &[u8],
     ) -> Result<()> {
-        Ok(self
-            .meta
-            .rename_noreplace(parent, name, new_parent, new_name)?)
+        self.noted(
+            self.meta
+                .rename_noreplace(parent, name, new_parent, new_name),
+        )
     }
 
     /// Swaps two existing names atomically (`RENAME_EXCHANGE`); nothing is freed.
@@ -106,15 +119,16 @@ impl Pool {
         other_parent: u64,
         other_name: &[u8],
     ) -> Result<()> {
-        Ok(self
-            .meta
-            .rename_exchange(parent, name, other_parent, other_name)?)
+        self.noted(
+            self.meta
+                .rename_exchange(parent, name, other_parent, other_name),
+        )
     }
 
     /// Removes an orphan (no names left) once its last handle is closed, counting its frames
     /// dead; `false` if it was not an orphan.
     pub fn forget(&self, ino: u64) -> Result<bool> {
-        match self.meta.forget(ino)? {
+        match self.noted(self.meta.forget(ino))? {
             Some(records) => {
                 for rec in &records {
                     self.discard(rec);
@@ -142,7 +156,7 @@ impl Pool {
 
     /// Sets an extended attribute.
     pub fn set_xattr(&self, ino: u64, name: &[u8], value: &[u8], flags: XattrFlags) -> Result<()> {
-        Ok(self.meta.set_xattr(ino, name, value, flags)?)
+        self.noted(self.meta.set_xattr(ino, name, value, flags))
     }
 
     /// Extended attribute names.
@@ -152,7 +166,7 @@ impl Pool {
 
     /// Removes an extended attribute.
     pub fn remove_xattr(&self, ino: u64, name: &[u8]) -> Result<()> {
-        Ok(self.meta.remove_xattr(ino, name)?)
+        self.noted(self.meta.remove_xattr(ino, name))
     }
 
     /// Committed records of `ino` with index in `range`, in index order.
@@ -174,7 +188,7 @@ impl Pool {
     /// keep this size whatever the inherited property becomes.
     pub fn fix_recordsize(&self, ino: u64, recordsize: u64) -> Result<()> {
         let value = crate::units::format_size(recordsize);
-        Ok(self.meta.set_prop(ino, crate::props::RECORDSIZE, &value)?)
+        self.noted(self.meta.set_prop(ino, crate::props::RECORDSIZE, &value))
     }
 
     fn discard_freed(&self, gone: &Unlinked) {

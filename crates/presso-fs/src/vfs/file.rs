@@ -122,3 +122,18 @@ pub(super) fn wait_compressed(node: &FileNode) -> parking_lot::MutexGuard<'_, Fi
     }
     st
 }
+
+/// Waits until no record of `node` submitted with a generation below `mark` is still in
+/// compression (each has been stored and its op queued, or was rewritten, truncated away or
+/// failed meanwhile) and returns its locked state. Records submitted later do not count.
+pub(super) fn wait_submitted(node: &FileNode, mark: u64) -> parking_lot::MutexGuard<'_, FileState> {
+    let mut st = node.state.lock();
+    while st
+        .overlay
+        .values()
+        .any(|s| matches!(s, Slot::Compressing { generation, .. } if *generation < mark))
+    {
+        node.changed.wait(&mut st);
+    }
+    st
+}

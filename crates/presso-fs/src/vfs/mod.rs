@@ -46,12 +46,13 @@ mod caller;
 mod file;
 mod namespace;
 mod read;
+mod sweep;
 mod unstored;
 mod write;
 
 use background::flusher;
 pub use caller::Caller;
-use file::{wait_compressed, Budget, FileNode, FileState, Slot, CLEARING};
+use file::{wait_compressed, wait_submitted, Budget, FileNode, FileState, Slot, CLEARING};
 pub use unstored::{Unstored, UnstoredFile};
 
 /// Where the listing of one open directory stands: the name each cookie handed to the kernel
@@ -76,6 +77,10 @@ pub struct VfsConfig {
     pub readahead: usize,
     /// A partly written record untouched this long is compressed and committed anyway.
     pub flush_after: Duration,
+    /// Everything the file layer received is durable (compressed, stored, segment and metadata
+    /// synced) at most this long after it arrived: the durability sweep starts half of it after
+    /// the oldest change not yet durable, leaving the other half for the sweep itself.
+    pub sync_interval: Duration,
     /// Writes fail with ENOSPC while the host file system has less free space than this (after
     /// an automatic garbage collection pass, if there is garbage).
     pub min_free: u64,
@@ -90,11 +95,16 @@ impl Default for VfsConfig {
             cache_bytes: 64 << 20,
             readahead: 16,
             flush_after: Duration::from_secs(2),
+            sync_interval: DEFAULT_SYNC_INTERVAL,
             min_free: 64 << 20,
             reclaim: Some(ReclaimPolicy::default()),
         }
     }
 }
+
+/// The default of [`VfsConfig::sync_interval`]: 5 s, the interval at which ZFS commits its
+/// transaction groups and ext4 its journal.
+pub const DEFAULT_SYNC_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Bytes moved through the file system, for throughput figures.
 #[derive(Debug, Default)]
@@ -181,6 +191,11 @@ impl Vfs {
         let _ = std::thread::Builder::new()
             .name("presso-flush".into())
             .spawn(move || flusher(weak));
+        let (weak, unsynced) = (Arc::downgrade(&vfs), pool.unsynced().clone());
+        let delay = vfs.config.sync_interval / 2;
+        let _ = std::thread::Builder::new()
+            .name("presso-sweep".into())
+            .spawn(move || sweep::sweeper(weak, unsynced, delay));
         vfs.check_space();
         vfs
     }
@@ -297,27 +312,44 @@ impl Vfs {
         self.pool.commit(true)
     }
 
-    /// Commits everything written so far (every file), durably.
+    /// fsync of a directory: makes every name made, changed or removed so far durable. Names
+    /// commit to the metadata at once (not durably), and a durable commit makes every earlier
+    /// commit durable with it.
+    pub fn fsync_dir(&self) -> Result<()> {
+        self.pool.commit(true)
+    }
+
+    /// Commits everything written so far (every file), durably: partial records are
+    /// compressed and stored, sizes queued, then one durable commit.
     pub fn sync_all(&self) -> Result<()> {
         let nodes: Vec<_> = self.files.lock().values().cloned().collect();
         // Submit every file's records before waiting for any, so they compress in parallel.
-        for node in &nodes {
-            self.submit_dirty(node);
-        }
-        for node in &nodes {
-            drop(wait_compressed(node));
+        let marks: Vec<u64> = nodes.iter().map(|node| self.submit_dirty(node)).collect();
+        // Only for the records submitted up to now: a writer that keeps a file's engine queue
+        // busy must not keep this waiting.
+        for (node, mark) in nodes.iter().zip(marks) {
+            drop(wait_submitted(node, mark));
         }
         self.queue_sizes();
         self.pool.commit(true)
     }
 
-    /// Hands every Dirty record of `node` to the engine.
-    pub(super) fn submit_dirty(&self, node: &Arc<FileNode>) {
-        let jobs = {
+    /// Hands every Dirty record of `node` to the engine; returns the generation every record
+    /// submitted so far is below.
+    pub(super) fn submit_dirty(&self, node: &Arc<FileNode>) -> u64 {
+        let (jobs, mark) = {
             let mut st = node.state.lock();
-            self.take_dirty(node, &mut st, |_| true)
+            let jobs = self.take_dirty(node, &mut st, |_| true);
+            (jobs, st.next_generation)
         };
         self.submit(node, jobs);
+        mark
+    }
+
+    /// Whether something the file layer received is not durable yet (the durability sweep is
+    /// due or running).
+    pub fn durability_pending(&self) -> bool {
+        self.pool.unsynced().pending()
     }
 
     /// Flushes everything, commits it durably and stops background work.
@@ -334,9 +366,10 @@ impl Vfs {
         self.pool.halt();
     }
 
-    /// Stops the flusher and the automatic collector.
+    /// Stops the flusher, the durability sweep and the automatic collector.
     fn stop_background(&self) {
         self.stopping.store(true, Ordering::SeqCst);
+        self.pool.unsynced().stop();
         if let Some(reclaimer) = &self.reclaimer {
             reclaimer.stop();
         }
@@ -405,6 +438,7 @@ pub struct StatFs {
 
 impl Drop for Vfs {
     fn drop(&mut self) {
+        self.pool.unsynced().stop();
         // The collector holds the pool, not the file layer: joining it here cannot wait on us.
         if let Some(reclaimer) = &self.reclaimer {
             reclaimer.stop();

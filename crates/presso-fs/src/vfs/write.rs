@@ -63,6 +63,9 @@ impl Vfs {
             st.size_dirty = true;
             jobs
         };
+        // Noted once the bytes are in the buffers: a sweep that took an earlier mark may have
+        // missed them, and this mark makes the next one cover them.
+        self.pool.unsynced().note();
         self.submit(&node, jobs);
         self.traffic
             .written
@@ -249,6 +252,7 @@ impl Vfs {
         // Queued after the ClearRecord ops: when it commits, so have they. Queued even when the
         // new last record could not be read, so the watermark always ends.
         self.queue_size_tagged(node, &mut st, clearing);
+        self.pool.unsynced().note();
         cut
     }
 
