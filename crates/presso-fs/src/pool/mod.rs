@@ -27,8 +27,8 @@ use bytes::Bytes;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use presso_codec::frame::FrameHeader;
 use presso_codec::{Encoded, Engine, EngineConfig, Offload};
-use presso_meta::{MetaStore, RecordRef, SegmentUsage, TxgOp, POOL_INO};
-use presso_store::{FsDir, Location, StorageDir, Store, StoreConfig, ENTRY_HEADER_LEN};
+use presso_meta::{MetaStore, RecordRef, TxgOp, POOL_INO};
+use presso_store::{FsDir, Location, StorageDir, Store, StoreConfig};
 
 use crate::error::{FsError, Result};
 use crate::props;
@@ -37,10 +37,13 @@ mod checks;
 mod committer;
 mod metacopy;
 mod namespace;
+mod opening;
 mod txg;
 mod unsynced;
 
 pub use metacopy::COPY_FILE;
+pub use opening::OpenReport;
+use opening::{missing_segments, refresh_live};
 
 pub use txg::{Committed, Group, OpTag, Txgs};
 pub use unsynced::Unsynced;
@@ -126,33 +129,6 @@ impl std::fmt::Debug for Pool {
         f.debug_struct("Pool")
             .field("dir", &self.store.describe())
             .finish()
-    }
-}
-
-/// What opening a pool found and repaired.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct OpenReport {
-    /// Stored records (frames in segments) of orphaned files — unlinked while open when the
-    /// pool last stopped — removed with them.
-    pub orphan_records_purged: usize,
-    /// Bytes cut from a torn segment tail.
-    pub torn_bytes: u64,
-    /// Segments whose header is damaged (number and why): kept, their records read as before.
-    pub damaged_segment_headers: Vec<(u64, String)>,
-    /// The last segment, damaged below what the metadata committed in it: kept as it is
-    /// (nothing cut), sealed; its damaged records read as I/O errors and scrub names them.
-    pub damage_kept: Option<u64>,
-    /// Segments committed records point into whose files are missing: those records read as
-    /// I/O errors and scrub names them.
-    pub missing_segments: Vec<u64>,
-}
-
-impl OpenReport {
-    /// Whether the pool holds damage found at open (scrub names the records it touches).
-    pub fn found_damage(&self) -> bool {
-        !self.damaged_segment_headers.is_empty()
-            || self.damage_kept.is_some()
-            || !self.missing_segments.is_empty()
     }
 }
 
@@ -585,28 +561,6 @@ impl Drop for Pool {
     fn drop(&mut self) {
         self.txgs.shut_down();
     }
-}
-
-/// Segments committed records point into that the store has no file for.
-fn missing_segments(store: &Store, usage: &BTreeMap<u64, SegmentUsage>) -> Vec<u64> {
-    let present: std::collections::HashSet<u64> = store.segments().into_iter().collect();
-    usage
-        .keys()
-        .copied()
-        .filter(|s| !present.contains(s))
-        .collect()
-}
-
-/// Sets every segment's live bytes from the metadata (exact: one GROUP BY over the records).
-fn refresh_live(store: &Store, meta: &MetaStore) -> Result<()> {
-    let usage = meta.segment_usage()?;
-    for segment in store.segments() {
-        let live = usage
-            .get(&segment)
-            .map_or(0, |u| u.stored_bytes + u.records * ENTRY_HEADER_LEN as u64);
-        store.set_live_bytes(segment, live)?;
-    }
-    Ok(())
 }
 
 fn pool_prop(meta: &MetaStore, name: &str) -> Result<String> {
