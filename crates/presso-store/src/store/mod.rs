@@ -97,8 +97,9 @@ pub struct RecoveryReport {
     pub stopped_at: Option<(u64, String)>,
     /// The segment's header was incomplete (a crash while creating it) and was written again.
     pub reinitialized: bool,
-    /// Segments whose header does not verify (damaged, of another pool, naming another number),
-    /// with why: kept as they are, since every entry verifies on its own when read.
+    /// Segments whose header is damaged (too short, or it does not decode), with why: kept as
+    /// they are, since every entry verifies on its own when read. (A header that decodes but
+    /// names another pool or segment number refuses the open.)
     pub bad_headers: Vec<(u64, String)>,
     /// The last segment is damaged below what the metadata committed in it (its scan stopped
     /// there, or its header is damaged): nothing was cut, it was sealed as it is, and appends go
