@@ -99,3 +99,24 @@ fn kill_9_of_the_daemon_keeps_every_fsynced_byte() {
     assert_eq!(report["damaged_entries"], serde_json::json!([]), "{report}");
     assert!(report["records_checked"].as_u64().unwrap() > 0, "{report}");
 }
+
+/// fsync(2) of a directory asks the daemon for a durable commit, as a file's does: a name is
+/// its own metadata transaction at once, but only a durable commit makes it survive a power cut
+/// (docs/design.md, "What a crash keeps"). The kernel answers success by itself for a daemon
+/// without a handler, having done nothing, so only the daemon's count of groups shows it.
+#[test]
+fn fsync_of_a_directory_commits_durably() {
+    let f = Fixture::new("fsyncdir");
+    std::fs::create_dir(f.p("d")).unwrap();
+    File::create(f.p("d/new")).unwrap();
+    // A file's fsync commits whatever is pending, so nothing else is left to commit below.
+    File::open(f.p("d/new")).unwrap().sync_all().unwrap();
+    let txgs = || f.status()["txgs"].as_u64().expect("`txgs` in the status");
+    let before = txgs();
+    File::open(f.p("d")).unwrap().sync_all().unwrap();
+    let after = txgs();
+    assert!(
+        after > before,
+        "fsync of a directory committed no transaction group ({before} before it, {after} after)"
+    );
+}
