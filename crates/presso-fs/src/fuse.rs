@@ -437,6 +437,18 @@ impl Filesystem for PressoFs {
         self.spawn(move |vfs| empty(reply, vfs.fsync(ino)));
     }
 
+    fn fsyncdir(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        _fh: u64,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        // Without this the kernel answers fsync(2) of a directory with success by itself.
+        self.spawn(move |vfs| empty(reply, vfs.fsync_dir()));
+    }
+
     fn opendir(&mut self, _req: &Request<'_>, _ino: u64, _flags: i32, reply: ReplyOpen) {
         reply.opened(self.vfs.opendir(), 0);
     }

@@ -293,6 +293,13 @@ impl Vfs {
         self.pool.commit(true)
     }
 
+    /// fsync of a directory: its names are committed already (each name operation is its own
+    /// metadata transaction), but only a durable commit makes them survive a power cut, and
+    /// with them every earlier commit.
+    pub fn fsync_dir(&self) -> Result<()> {
+        self.pool.commit(true)
+    }
+
     /// Commits everything written so far (every file), durably.
     pub fn sync_all(&self) -> Result<()> {
         let nodes: Vec<_> = self.files.lock().values().cloned().collect();
