@@ -31,8 +31,11 @@ pub enum Fill {
 pub struct Write {
     /// Unique within a run.
     pub id: u64,
+    /// Where it starts in the file.
     pub offset: u64,
+    /// Its length in bytes.
     pub len: u64,
+    /// What it writes.
     pub fill: Fill,
 }
 
@@ -107,22 +110,25 @@ impl File {
 /// One operation of the workload. Paths are relative to the worker's subtree.
 #[derive(Clone, Debug)]
 pub enum Op {
+    /// mkdir(2).
     Mkdir(String),
+    /// rmdir(2) of an empty directory.
     Rmdir(String),
     /// `open(O_CREAT | O_EXCL)`; the descriptor stays open.
     Create(String, Ino),
+    /// pwrite(2).
     Write(Ino, Write),
+    /// ftruncate(2), down or up.
     Truncate(Ino, u64),
     /// fsync, or fdatasync when `data_only`.
-    Fsync {
-        ino: Ino,
-        data_only: bool,
-    },
+    Fsync { ino: Ino, data_only: bool },
     /// Closes the file's open descriptor.
     Close(Ino),
     /// fsync of a directory opened `O_RDONLY | O_DIRECTORY`.
     FsyncDir(String),
+    /// unlink(2), also of a file that is open.
     Unlink(String),
+    /// link(2) of a file to a new name.
     Link(String, String),
     /// rename(2): a file over a new name or a file (a hard link of itself included), a
     /// directory over a new name or an empty directory.

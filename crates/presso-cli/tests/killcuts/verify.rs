@@ -222,10 +222,16 @@ fn check_file(file: &File, got: &[u8]) -> Result<(), String> {
     if let Some(at) = (0..got.len()).find(|&p| !file.allows(p as u64, got[p])) {
         return Err(format!(
             "byte {at} is {:#04x}, which no write put there (and it is not zero); around it: \
-             {:?}; the file's own bytes there: {:?}",
+             {:?}; the file's own bytes there: {:?}; {} bytes now, {} at the mount, {} in the \
+             model, never more than {}; writes since the mount: {:?}",
             got[at],
             window(got, at),
-            window(&file.bytes, at)
+            window(&file.bytes, at),
+            got.len(),
+            file.baseline.len(),
+            file.bytes.len(),
+            file.max_size,
+            file.writes
         ));
     }
     Ok(())

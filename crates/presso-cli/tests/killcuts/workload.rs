@@ -23,8 +23,11 @@ const MAX_OPEN: usize = 5;
 /// What a worker hands back: its model, the operation in flight when the daemon died (if any)
 /// and its log.
 pub struct Outcome {
+    /// The subtree after every operation that returned.
     pub model: Model,
+    /// The operation that failed once the kill was ordered.
     pub in_flight: Option<Op>,
+    /// Every operation, with the error of the one in flight.
     pub log: Vec<String>,
 }
 
@@ -51,6 +54,7 @@ pub struct Worker<'a> {
 }
 
 impl<'a> Worker<'a> {
+    /// A worker on `root`, whose contents `model` describes, drawing operations from `seed`.
     pub fn new(root: PathBuf, model: Model, seed: u64, span: u64, signals: &'a Signals) -> Self {
         Worker {
             root,
