@@ -350,3 +350,71 @@ fn growing_a_file_after_a_kill_shows_no_bytes_its_truncate_cut() {
     }
     extend_after_kill(&mut fs, files, 0, rs, &data);
 }
+
+/// fsync of a directory (`Vfs::fsync_dir`, which the FUSE adapter calls for fsyncdir) makes
+/// the names made before it survive a power cut that takes the metadata back to its last
+/// durable commit; a name made after it is lost with the cut.
+#[test]
+fn names_made_before_an_fsync_of_their_directory_survive_a_power_cut() {
+    let mut fs = Fs::new_with(&CONFIGS[4], MemoryEngine::simulated());
+    fs.create(1, 1).unwrap();
+    fs.rename(1, 2).unwrap();
+    fs.vfs().fsync_dir().unwrap();
+    fs.create(3, 3).unwrap();
+    fs.dir.crash();
+    fs.meta.crash(false);
+    fs.halt();
+    fs.mount().expect("open after the cut");
+    assert_eq!(fs.list_names().unwrap(), vec![2], "names after the cut");
+    fs.close();
+}
+
+/// After a kill that left a committed record holding bytes past the committed size (the
+/// record a truncate cut was not compressed yet), the first growth cuts those bytes in the
+/// overlay and queues the grown size at once; the cut record is compressed only later. A
+/// second kill between the two leaves the grown size committed over the old record, and the
+/// bytes the truncate removed are back. The kill-cut test on real mounts found it (a byte of a
+/// write truncated away two kills earlier, after a truncate up).
+#[test]
+#[ignore = "defect: the grown size commits before the record its trim cut; ordering a size after \
+            the records it depends on is the commit loop's and background.rs's, being changed \
+            elsewhere"]
+fn a_second_kill_after_growing_shows_no_bytes_a_truncate_cut() {
+    let config = &CONFIGS[4];
+    let rs = config.recordsize;
+    let never_idle = presso_fs::vfs::VfsConfig {
+        flush_after: std::time::Duration::from_secs(3600),
+        ..sim::vfs_config()
+    };
+    let mut fs = slow_ticking(config);
+    let data: Vec<u8> = (0..rs).map(|i| b"cut me off "[(i % 11) as usize]).collect();
+    fs.create(0, 0).unwrap();
+    fs.write(0, 0, &data).unwrap();
+    fs.fsync(0).unwrap();
+    fs.truncate(0, rs / 3).unwrap();
+    let size_committed = |fs: &Fs, size: u64| {
+        let ino = fs.ino_of(0).expect("named file");
+        let pool = fs.vfs().pool().clone();
+        within_5s(|| pool.getattr(ino).unwrap().size == size)
+    };
+    assert!(size_committed(&fs, rs / 3), "the truncate did not commit");
+    fs.halt();
+    fs.mount_with(never_idle.clone())
+        .expect("mount after the first kill");
+    fs.reopen_named();
+    fs.truncate(0, rs).unwrap();
+    assert!(size_committed(&fs, rs), "the truncate up did not commit");
+    fs.halt();
+    fs.mount().expect("mount after the second kill");
+    fs.reopen_named();
+    let size = fs.size(0).unwrap();
+    let got = fs.read(0, 0, size).unwrap();
+    let stale = (rs / 3..size).find(|&p| got[p as usize] != 0);
+    assert_eq!(
+        stale,
+        None,
+        "size {size} after the second kill: bytes past {} that the truncate cut are back",
+        rs / 3
+    );
+    fs.close();
+}

@@ -1,12 +1,14 @@
 //! Helpers of the mount tests, by concern: [`process`] runs the `presso` binary and other tools
 //! with a time limit and checks what a test needs, [`mount`] gives each test a pool and mount
-//! point that are always unmounted (also when a test panics), [`data`] makes deterministic data,
+//! point that are always unmounted (also when a test panics), [`daemon`] mounts one by a
+//! `presso mount -f` child that a test can `kill -9`, [`data`] makes deterministic data,
 //! [`compare`] checks files and trees, [`loopdisk`] loop-mounts a small ext4 image, and
 //! [`syscalls`] wraps the system calls tests make directly.
 
 #![allow(dead_code, unused_imports)]
 
 pub mod compare;
+pub mod daemon;
 pub mod data;
 pub mod loopdisk;
 pub mod mount;
@@ -14,6 +16,7 @@ pub mod process;
 pub mod syscalls;
 
 pub use compare::*;
+pub use daemon::*;
 pub use data::*;
 pub use loopdisk::*;
 pub use mount::*;

@@ -18,7 +18,6 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod configs;
-mod daemon;
 mod model;
 mod ops;
 mod run;

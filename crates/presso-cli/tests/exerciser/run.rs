@@ -5,8 +5,8 @@
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
+use crate::common::Daemon;
 use crate::configs::Config;
-use crate::daemon::Daemon;
 use crate::model::{compare, Model};
 use crate::ops::{data, Falloc, Op, FILES};
 use crate::sys::{self, Mapping};
@@ -44,7 +44,9 @@ fn fail(what: String) -> impl FnOnce(i32) -> String {
 impl Session {
     /// A new pool, mounted, with [`FILES`] empty files created and fsync'd.
     fn start(config: &Config) -> Result<Session, String> {
-        let daemon = Daemon::start(config)?;
+        let props = config.properties();
+        let props: Vec<&str> = props.iter().map(String::as_str).collect();
+        let daemon = Daemon::start("fsx", &props)?;
         let mut session = Session {
             daemon,
             fds: (0..FILES).map(|_| None).collect(),
@@ -281,7 +283,7 @@ impl Session {
         for fd in self.fds.iter_mut() {
             drop(fd.take());
         }
-        self.daemon.kill();
+        self.daemon.kill_and_detach()?;
         self.daemon.mount()?;
         for file in 0..FILES {
             self.reopen(file)?;

@@ -17,34 +17,17 @@ fn chunk(i: u64) -> Vec<u8> {
 
 #[test]
 fn kill_9_of_the_daemon_keeps_every_fsynced_byte() {
-    require_tool("fusermount3", "fuse3");
-    let mut f = Fixture::unmounted("kill9", &[]);
-    let log = File::create(f.scratch("daemon.log")).unwrap();
-    let child = std::process::Command::new(presso_bin())
-        .arg("mount")
-        .arg("-f")
-        .arg(&f.pool)
-        .arg(&f.mnt)
-        .stdin(std::process::Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("start `presso mount -f`");
-    let mut daemon = KillOnDrop(child);
-    f.set_mounted(true);
-    assert!(
-        wait_until(Duration::from_secs(30), || is_mounted(&f.mnt)),
-        "`presso mount -f` did not mount"
-    );
+    let mut daemon = Daemon::start("kill9", &[]).unwrap_or_else(|e| panic!("{e}"));
+    let mnt = daemon.mnt().to_path_buf();
 
     // A file unlinked while open when the daemon dies: the next mount removes it.
-    std::fs::write(f.p("orphan"), text_like(99, 1 << 20)).unwrap();
-    let orphan = File::open(f.p("orphan")).unwrap();
+    std::fs::write(mnt.join("orphan"), text_like(99, 1 << 20)).unwrap();
+    let orphan = File::open(mnt.join("orphan")).unwrap();
     orphan.sync_all().unwrap();
-    std::fs::remove_file(f.p("orphan")).unwrap();
+    std::fs::remove_file(mnt.join("orphan")).unwrap();
 
     let synced = Arc::new(AtomicU64::new(0));
-    let path = f.p("log.bin");
+    let path = mnt.join("log.bin");
     let writer = {
         let (synced, path) = (synced.clone(), path.clone());
         std::thread::spawn(move || -> std::io::Error {
@@ -74,25 +57,15 @@ fn kill_9_of_the_daemon_keeps_every_fsynced_byte() {
             >= 6 << 20),
         "the writer did not get 6 MB fsynced in time"
     );
-    // SAFETY: signalling our own child.
-    assert_eq!(
-        unsafe { libc::kill(daemon.0.id() as i32, libc::SIGKILL) },
-        0
-    );
-    let status = daemon.0.wait().unwrap();
-    assert_eq!(
-        std::os::unix::process::ExitStatusExt::signal(&status),
-        Some(libc::SIGKILL)
-    );
+    daemon.kill();
     let error = writer.join().expect("writer thread");
     eprintln!("the writer stopped with: {error}");
     let synced = synced.load(Ordering::SeqCst);
-
-    tool("fusermount3", &[&"-uz", &f.mnt]).ok();
-    f.set_mounted(false);
-    assert!(!is_mounted(&f.mnt));
+    // The orphan's descriptor keeps the dead mount busy.
+    drop(orphan);
+    daemon.detach().unwrap_or_else(|e| panic!("{e}"));
     // At once: the dead daemon's lock is gone with it.
-    f.mount(&[]);
+    daemon.mount().unwrap_or_else(|e| panic!("{e}"));
     let data = std::fs::read(&path).unwrap();
     assert!(
         data.len() as u64 >= synced,
@@ -107,13 +80,13 @@ fn kill_9_of_the_daemon_keeps_every_fsynced_byte() {
     }
     assert_eq!(expected.len() as u64, synced);
     assert_bytes_eq(&data[..synced as usize], &expected, "the fsynced prefix");
-    drop(orphan);
-    let log = std::fs::read_to_string(f.pool.join("presso.log")).unwrap();
+    let log = daemon.log_text();
     // The orphan's 1 MiB in 128K records.
     assert!(
         log.contains(": 8 records of files unlinked while open removed"),
-        "presso.log: {log}"
+        "the daemon's log: {log}"
     );
+    let f = daemon.fixture();
     let logical = f.status()["logical_bytes"].as_u64().unwrap();
     assert!(
         logical <= data.len() as u64,
@@ -125,4 +98,25 @@ fn kill_9_of_the_daemon_keeps_every_fsynced_byte() {
     assert_eq!(report["damaged"], serde_json::json!([]), "{report}");
     assert_eq!(report["damaged_entries"], serde_json::json!([]), "{report}");
     assert!(report["records_checked"].as_u64().unwrap() > 0, "{report}");
+}
+
+/// fsync(2) of a directory asks the daemon for a durable commit, as a file's does: a name is
+/// its own metadata transaction at once, but only a durable commit makes it survive a power cut
+/// (docs/design.md, "What a crash keeps"). The kernel answers success by itself for a daemon
+/// without a handler, having done nothing, so only the daemon's count of groups shows it.
+#[test]
+fn fsync_of_a_directory_commits_durably() {
+    let f = Fixture::new("fsyncdir");
+    std::fs::create_dir(f.p("d")).unwrap();
+    File::create(f.p("d/new")).unwrap();
+    // A file's fsync commits whatever is pending, so nothing else is left to commit below.
+    File::open(f.p("d/new")).unwrap().sync_all().unwrap();
+    let txgs = || f.status()["txgs"].as_u64().expect("`txgs` in the status");
+    let before = txgs();
+    File::open(f.p("d")).unwrap().sync_all().unwrap();
+    let after = txgs();
+    assert!(
+        after > before,
+        "fsync of a directory committed no transaction group ({before} before it, {after} after)"
+    );
 }

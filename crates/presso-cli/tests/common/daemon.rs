@@ -1,14 +1,16 @@
-//! One pool and its mount by a `presso mount -f` child, so that the exerciser knows the daemon's
-//! pid: mount, clean unmount, `kill -9`, and a scrub. Product failures come back as `Err` (the
-//! run reports and shrinks them); failures of the test's own machinery panic.
+//! One pool and its mount by a `presso mount -f` child, so that a test knows the daemon's pid:
+//! mount, clean unmount, `kill -9` (detaching the dead mount), and a scrub. Product failures
+//! come back as `Err` (a random test reports and shrinks them); failures of the test's own
+//! machinery panic.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::common::*;
-use crate::configs::Config;
+use super::mount::{is_mounted, Fixture};
+use super::process::{exec_within, presso, presso_bin, wait_until, KillOnDrop};
+use super::syscalls::errno;
 
 /// How long mounting, unmounting and a dying daemon may take.
 const LIMIT: Duration = Duration::from_secs(60);
@@ -23,11 +25,10 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// A new pool with `config`'s properties, mounted.
-    pub fn start(config: &Config) -> Result<Daemon, String> {
-        let props = config.properties();
-        let props: Vec<&str> = props.iter().map(String::as_str).collect();
-        let fixture = Fixture::unmounted("fsx", &props);
+    /// A new pool created with the properties `props` (`name=value`), mounted; `name` names
+    /// its temp dir.
+    pub fn start(name: &str, props: &[&str]) -> Result<Daemon, String> {
+        let fixture = Fixture::unmounted(name, props);
         let log = fixture.scratch("daemon.log");
         let mut daemon = Daemon {
             child: None,
@@ -41,6 +42,16 @@ impl Daemon {
     /// The mount point.
     pub fn mnt(&self) -> &Path {
         &self.fixture.mnt
+    }
+
+    /// The pool and mount point, for the fixture's helpers (`status`, `presso_on_mount`).
+    pub fn fixture(&self) -> &Fixture {
+        &self.fixture
+    }
+
+    /// The daemon's process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.0.id())
     }
 
     /// `presso mount -f POOL MNT` as a child; returns once the mount is there.
@@ -120,15 +131,43 @@ impl Daemon {
         self.check_log()
     }
 
-    /// `kill -9` of the daemon, then `fusermount3 -uz` of its dead mount.
+    /// `kill -9` of the daemon; returns once it is reaped. Its mount stays behind, dead, until
+    /// [`Daemon::detach`].
     pub fn kill(&mut self) {
         let mut child = self.child.take().expect("mounted");
         // SAFETY: signalling our own child, not reaped yet.
         let rc = unsafe { libc::kill(child.0.id() as i32, libc::SIGKILL) };
         assert_eq!(rc, 0, "kill -9 of the daemon: errno {}", errno());
-        child.0.wait().expect("reap the killed daemon");
-        tool("fusermount3", &[&"-uz", &self.fixture.mnt]).ok();
+        let status = child.0.wait().expect("reap the killed daemon");
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(libc::SIGKILL),
+            "the daemon ended otherwise than by the kill: {status}"
+        );
+    }
+
+    /// `presso unmount` of the mount a killed daemon left (no descriptor on it may be open):
+    /// it must say that it removed a dead mount.
+    pub fn detach(&mut self) -> Result<(), String> {
+        assert!(self.child.is_none(), "the daemon still runs");
+        let out = exec_within(presso().arg("unmount").arg(&self.fixture.mnt), LIMIT);
+        if !out.status.success() || !out.stdout.contains("dead mount") {
+            return Err(format!(
+                "`presso unmount` of the dead mount: {}: {}{}",
+                out.status, out.stdout, out.stderr
+            ));
+        }
         self.fixture.set_mounted(false);
+        if is_mounted(&self.fixture.mnt) {
+            return Err("the dead mount is still there after `presso unmount`".into());
+        }
+        Ok(())
+    }
+
+    /// [`Daemon::kill`], then [`Daemon::detach`].
+    pub fn kill_and_detach(&mut self) -> Result<(), String> {
+        self.kill();
+        self.detach()
     }
 
     /// `presso scrub --json MNT`: `Err` unless every record checks out.
@@ -159,7 +198,8 @@ impl Daemon {
         Ok(())
     }
 
-    fn log_text(&self) -> String {
+    /// What the daemon logged: the pool's `presso.log`, then its own standard error.
+    pub fn log_text(&self) -> String {
         let pool_log = std::fs::read_to_string(self.fixture.pool.join("presso.log"));
         let own = std::fs::read_to_string(&self.log);
         format!(

@@ -1,0 +1,58 @@
+//! What opening a pool found (its report), and the segment accounting rebuilt from the
+//! metadata at open.
+
+use std::collections::BTreeMap;
+
+use presso_meta::{MetaStore, SegmentUsage};
+use presso_store::{Store, ENTRY_HEADER_LEN};
+
+use crate::error::Result;
+
+/// What opening a pool found and repaired.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct OpenReport {
+    /// Stored records (frames in segments) of orphaned files — unlinked while open when the
+    /// pool last stopped — removed with them.
+    pub orphan_records_purged: usize,
+    /// Bytes cut from a torn segment tail.
+    pub torn_bytes: u64,
+    /// Segments whose header is damaged (number and why): kept, their records read as before.
+    pub damaged_segment_headers: Vec<(u64, String)>,
+    /// The last segment, damaged below what the metadata committed in it: kept as it is
+    /// (nothing cut), sealed; its damaged records read as I/O errors and scrub names them.
+    pub damage_kept: Option<u64>,
+    /// Segments committed records point into whose files are missing: those records read as
+    /// I/O errors and scrub names them.
+    pub missing_segments: Vec<u64>,
+}
+
+impl OpenReport {
+    /// Whether the pool holds damage found at open (scrub names the records it touches).
+    pub fn found_damage(&self) -> bool {
+        !self.damaged_segment_headers.is_empty()
+            || self.damage_kept.is_some()
+            || !self.missing_segments.is_empty()
+    }
+}
+
+/// Segments committed records point into that the store has no file for.
+pub(super) fn missing_segments(store: &Store, usage: &BTreeMap<u64, SegmentUsage>) -> Vec<u64> {
+    let present: std::collections::HashSet<u64> = store.segments().into_iter().collect();
+    usage
+        .keys()
+        .copied()
+        .filter(|s| !present.contains(s))
+        .collect()
+}
+
+/// Sets every segment's live bytes from the metadata (exact: one GROUP BY over the records).
+pub(super) fn refresh_live(store: &Store, meta: &MetaStore) -> Result<()> {
+    let usage = meta.segment_usage()?;
+    for segment in store.segments() {
+        let live = usage
+            .get(&segment)
+            .map_or(0, |u| u.stored_bytes + u.records * ENTRY_HEADER_LEN as u64);
+        store.set_live_bytes(segment, live)?;
+    }
+    Ok(())
+}
