@@ -309,7 +309,7 @@ pub fn raw_frame(segments: &[&[u8]]) -> Vec<u8> {
 }
 
 /// [`raw_frame`] and the header it starts with.
-pub(crate) fn build_raw(segments: &[&[u8]]) -> (Vec<u8>, FrameHeader) {
+pub fn build_raw(segments: &[&[u8]]) -> (Vec<u8>, FrameHeader) {
     let len: usize = segments.iter().map(|s| s.len()).sum();
     let mut frame = Vec::with_capacity(HEADER_LEN + len);
     frame.resize(HEADER_LEN, 0);

@@ -376,9 +376,6 @@ fn names_made_before_an_fsync_of_their_directory_survive_a_power_cut() {
 /// bytes the truncate removed are back. The kill-cut test on real mounts found it (a byte of a
 /// write truncated away two kills earlier, after a truncate up).
 #[test]
-#[ignore = "defect: the grown size commits before the record its trim cut; ordering a size after \
-            the records it depends on is the commit loop's and background.rs's, being changed \
-            elsewhere"]
 fn a_second_kill_after_growing_shows_no_bytes_a_truncate_cut() {
     let config = &CONFIGS[4];
     let rs = config.recordsize;

@@ -366,14 +366,29 @@ impl Pool {
         self.pending_frames.write()
     }
 
+    /// Stores `data` at once, on the caller's thread, as an uncompressed frame: for the rare
+    /// record whose op must be queued before an op the caller queues next (see the file layer's
+    /// trim of bytes a crash left past a file's size). Returns the record like
+    /// [`Pool::store_encoded`].
+    pub fn store_raw(&self, data: &[u8]) -> (Result<Option<RecordRef>>, PendingFrame<'_>) {
+        let pending = PendingFrame {
+            _gate: self.pending_frames.read(),
+        };
+        let (frame, header) = presso_codec::frame::build_raw(&[data]);
+        (self.store_frame_parts(&frame, &header), pending)
+    }
+
     fn store_frame(&self, encoded: &Encoded) -> Result<Option<RecordRef>> {
-        let header = &encoded.header;
+        self.store_frame_parts(&encoded.frame, &encoded.header)
+    }
+
+    fn store_frame_parts(&self, frame: &[u8], header: &FrameHeader) -> Result<Option<RecordRef>> {
         if header.hole {
             self.counters.holes.fetch_add(1, Ordering::Relaxed);
             return Ok(None);
         }
-        let stored_len = encoded.frame.len() as u32;
-        if encoded.frame.len() <= INLINE_MAX {
+        let stored_len = frame.len() as u32;
+        if frame.len() <= INLINE_MAX {
             self.counters.frames_inline.fetch_add(1, Ordering::Relaxed);
             return Ok(Some(RecordRef {
                 segment: 0,
@@ -382,10 +397,10 @@ impl Pool {
                 logical_len: header.logical_len,
                 codec: header.codec as u8,
                 checksum: header.stored_hash,
-                inline: Some(encoded.frame.clone()),
+                inline: Some(frame.to_vec()),
             }));
         }
-        let loc = self.store.append(&encoded.frame)?;
+        let loc = self.store.append(frame)?;
         self.counters
             .frames_appended
             .fetch_add(1, Ordering::Relaxed);

@@ -323,10 +323,30 @@ impl Vfs {
             .any(|(index, rec)| index * rs + u64::from(rec.logical_len) > size);
         if stale {
             let (generation, cut) = self.cut_at(node, st, size)?;
+            // The record holding `size` keeps its bytes below it and loses those past it. It is
+            // stored now, on this thread, so its op is queued before any size that grows the
+            // file over it: otherwise a crash could commit the grown size with the old record
+            // (bytes a truncate cut, back after a second kill).
+            let stored = cut.and_then(|()| self.store_now(node, st, size / rs));
             self.queue_size_tagged(node, st, Some(generation));
-            cut?;
+            stored?;
         }
         st.tail_checked = true;
+        Ok(())
+    }
+
+    /// Stores record `index` of `node` at once if it is Dirty (uncompressed, on this thread: no
+    /// engine round trip with the node locked) and queues its op.
+    fn store_now(&self, node: &FileNode, st: &mut FileState, index: u64) -> Result<()> {
+        let Some(Slot::Dirty { buf, .. }) = st.overlay.get(&index) else {
+            return Ok(());
+        };
+        let (stored, _pending) = self.pool.store_raw(buf);
+        let rec = stored?;
+        let generation = st.next_generation;
+        st.next_generation += 1;
+        record_stored(&self.pool, node, st, index, generation, rec);
+        self.budget.give(st.recordsize as usize);
         Ok(())
     }
 
@@ -405,32 +425,7 @@ fn completed(
     let rs = st.recordsize as usize;
     match result {
         Ok(rec) if current => {
-            let op = match &rec {
-                Some(rec) => TxgOp::SetRecord {
-                    ino: node.ino,
-                    index,
-                    rec: rec.clone(),
-                },
-                None => TxgOp::ClearRecord {
-                    ino: node.ino,
-                    index,
-                },
-            };
-            st.overlay.insert(index, Slot::Stored { generation, rec });
-            // A failure not yet reported concerned records kept for a retry: once every one
-            // of them is stored, nothing was lost and there is nothing left to report.
-            if st.unstored.remove(&index) && st.unstored.is_empty() {
-                st.error = None;
-                st.store_error = None;
-            }
-            st.queued_in = pool.txgs().queue(
-                op,
-                Some(OpTag {
-                    ino: node.ino,
-                    index,
-                    generation,
-                }),
-            );
+            record_stored(pool, node, &mut st, index, generation, rec);
             budget.give(rs);
         }
         Ok(rec) => {
@@ -457,4 +452,42 @@ fn completed(
     }
     drop(st);
     node.changed.notify_all();
+}
+
+/// Record `index` of `node` is stored as `rec` (`None`: a hole): the overlay holds it until its
+/// op, queued here, commits.
+fn record_stored(
+    pool: &Pool,
+    node: &FileNode,
+    st: &mut FileState,
+    index: u64,
+    generation: u64,
+    rec: Option<RecordRef>,
+) {
+    let op = match &rec {
+        Some(rec) => TxgOp::SetRecord {
+            ino: node.ino,
+            index,
+            rec: rec.clone(),
+        },
+        None => TxgOp::ClearRecord {
+            ino: node.ino,
+            index,
+        },
+    };
+    st.overlay.insert(index, Slot::Stored { generation, rec });
+    // A failure not yet reported concerned records kept for a retry: once every one of them is
+    // stored, nothing was lost and there is nothing left to report.
+    if st.unstored.remove(&index) && st.unstored.is_empty() {
+        st.error = None;
+        st.store_error = None;
+    }
+    st.queued_in = pool.txgs().queue(
+        op,
+        Some(OpTag {
+            ino: node.ino,
+            index,
+            generation,
+        }),
+    );
 }
