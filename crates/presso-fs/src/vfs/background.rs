@@ -6,22 +6,36 @@ use super::*;
 impl Vfs {
     // ---- sizes, committed groups and background work
 
+    /// Queues the file's size as far as stored records cover it ([`FileState::size_to_queue`]),
+    /// with its mtime; the rest stays pending (`size_dirty`) until they are stored.
     pub(super) fn queue_size(&self, node: &FileNode, st: &mut FileState) {
-        self.queue_size_tagged(node, st, None);
+        let size = st.size_to_queue();
+        self.queue_set_size(node, st, size, None);
     }
 
-    /// Queues the file's size; with `clearing`, the op's commit ends the truncate of that
-    /// generation (see `FileState::cleared`).
+    /// Queues the file's whole size, as a truncate sets it; with `clearing`, the op's commit
+    /// ends the truncate of that generation (see `FileState::cleared`).
     pub(super) fn queue_size_tagged(
         &self,
         node: &FileNode,
         st: &mut FileState,
         clearing: Option<u64>,
     ) {
+        let size = st.size;
+        self.queue_set_size(node, st, size, clearing);
+    }
+
+    fn queue_set_size(
+        &self,
+        node: &FileNode,
+        st: &mut FileState,
+        size: u64,
+        clearing: Option<u64>,
+    ) {
         st.queued_in = self.pool.txgs().queue(
             TxgOp::SetSize {
                 ino: node.ino,
-                size: st.size,
+                size,
                 mtime: st.mtime,
             },
             clearing.map(|generation| OpTag {
@@ -30,15 +44,21 @@ impl Vfs {
                 generation,
             }),
         );
-        st.size_dirty = false;
+        st.size_queued = size;
+        st.size_dirty = size < st.size;
     }
 
+    /// Queues the pending size of every file whose stored records cover more of it than was
+    /// queued (or all of it: then also an mtime-only change).
     pub(super) fn queue_sizes(&self) {
         let nodes: Vec<_> = self.files.lock().values().cloned().collect();
         for node in nodes {
             let mut st = node.state.lock();
             if st.size_dirty {
-                self.queue_size(&node, &mut st);
+                let size = st.size_to_queue();
+                if size == st.size || size > st.size_queued {
+                    self.queue_set_size(&node, &mut st, size, None);
+                }
             }
         }
     }

@@ -13,10 +13,20 @@ use presso_meta::{RecordRef, Timespec};
 use crate::error::FsError;
 
 pub(super) enum Slot {
-    /// Being assembled by writes; not yet submitted.
-    Dirty { buf: Vec<u8>, touched: Instant },
+    /// Being assembled by writes; not yet submitted. `covered`: how many of the record's first
+    /// bytes a queued or committed version holds with the same contents or older ones, which a
+    /// crash may show (see [`FileState::size_to_queue`]).
+    Dirty {
+        buf: Vec<u8>,
+        touched: Instant,
+        covered: u64,
+    },
     /// Submitted to the engine.
-    Compressing { generation: u64, data: Bytes },
+    Compressing {
+        generation: u64,
+        data: Bytes,
+        covered: u64,
+    },
     /// Frame stored (or a hole, `None`), op queued, group not committed yet.
     Stored {
         generation: u64,
@@ -49,6 +59,8 @@ pub(super) struct FileState {
     /// Why the last of them failed.
     pub(super) store_error: Option<String>,
     pub(super) size_dirty: bool,
+    /// The size last queued to the metadata (at load: the committed one).
+    pub(super) size_queued: u64,
     /// Whether the metadata was checked for bytes past the size (see `Vfs::trim_past_size`),
     /// which happens before the file first grows.
     pub(super) tail_checked: bool,
@@ -67,6 +79,23 @@ impl FileState {
     /// metadata may still hold its old reference; it must not be read).
     pub(super) fn is_cleared(&self, index: u64) -> bool {
         self.cleared.iter().any(|&(from, _)| index >= from)
+    }
+
+    /// The largest size that may be queued now: the size, but never past the first byte of a
+    /// Dirty or Compressing record that no queued version holds. Otherwise a crash could commit
+    /// the size without that record: zeros where written bytes were, or old bytes a truncate
+    /// cut. Bytes below the size queued last stay covered by what was queued with it.
+    pub(super) fn size_to_queue(&self) -> u64 {
+        let rs = self.recordsize;
+        self.overlay
+            .range(self.size_queued / rs..)
+            .filter_map(|(index, slot)| match slot {
+                Slot::Dirty { covered, .. } | Slot::Compressing { covered, .. } => {
+                    Some((index * rs + covered).max(self.size_queued))
+                }
+                Slot::Stored { .. } => None,
+            })
+            .fold(self.size, u64::min)
     }
 
     /// The lowest record index a pending truncate hides from (`u64::MAX` if none).

@@ -243,6 +243,7 @@ impl Vfs {
                 unstored: Default::default(),
                 store_error: None,
                 size_dirty: false,
+                size_queued: attr.size,
                 tail_checked: false,
                 queued_in: 0,
                 last_read_end: u64::MAX,

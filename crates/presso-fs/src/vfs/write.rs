@@ -89,25 +89,36 @@ impl Vfs {
         }
         if !matches!(st.overlay.get(&index), Some(Slot::Dirty { .. })) {
             let in_file = st.size.saturating_sub(index * rs).min(rs) as usize;
-            let mut buf = if whole || in_file == 0 {
-                Vec::with_capacity(rs as usize)
+            // What the record's queued or committed version holds, known without a read.
+            let covered = match st.overlay.get(&index) {
+                Some(Slot::Compressing { covered, .. }) => *covered,
+                Some(Slot::Stored { rec, .. }) => rec.as_ref().map_or(0, |r| r.logical_len.into()),
+                _ => 0,
+            };
+            let (buf, covered) = if whole || in_file == 0 {
+                (Vec::with_capacity(rs as usize), covered)
             } else {
-                let mut current = match st.overlay.get(&index) {
-                    Some(Slot::Compressing { data, .. }) => data.to_vec(),
+                let (mut current, covered) = match st.overlay.get(&index) {
+                    Some(Slot::Compressing { data, .. }) => (data.to_vec(), covered),
                     Some(Slot::Stored { rec: Some(rec), .. }) => {
-                        self.load(node.ino, index, rec)?.to_vec()
+                        (self.load(node.ino, index, rec)?.to_vec(), covered)
                     }
-                    Some(Slot::Stored { rec: None, .. }) => Vec::new(),
+                    Some(Slot::Stored { rec: None, .. }) => (Vec::new(), 0),
                     Some(Slot::Dirty { .. }) => unreachable!("checked above"),
-                    None if st.is_cleared(index) => Vec::new(),
+                    None if st.is_cleared(index) => (Vec::new(), 0),
                     None => match self.pool.record(node.ino, index)? {
-                        Some(rec) => self.load(node.ino, index, &rec)?.to_vec(),
-                        None => Vec::new(),
+                        Some(rec) => {
+                            let data = self.load(node.ino, index, &rec)?.to_vec();
+                            let len = data.len() as u64;
+                            (data, len)
+                        }
+                        None => (Vec::new(), 0),
                     },
                 };
                 current.reserve(rs as usize - current.len().min(rs as usize));
-                current
+                (current, covered)
             };
+            let mut buf = buf;
             if buf.len() < in_file && !whole {
                 buf.resize(in_file, 0);
             }
@@ -117,11 +128,12 @@ impl Vfs {
                 Slot::Dirty {
                     buf,
                     touched: Instant::now(),
+                    covered,
                 },
             );
         }
         match st.overlay.get_mut(&index) {
-            Some(Slot::Dirty { buf, touched }) => {
+            Some(Slot::Dirty { buf, touched, .. }) => {
                 *touched = Instant::now();
                 Ok(buf)
             }
@@ -167,7 +179,7 @@ impl Vfs {
             let Some(slot) = st.overlay.get_mut(&index) else {
                 continue;
             };
-            let Slot::Dirty { buf, .. } = slot else {
+            let Slot::Dirty { buf, covered, .. } = slot else {
                 continue;
             };
             let data = Bytes::from(std::mem::take(buf));
@@ -175,6 +187,7 @@ impl Vfs {
             *slot = Slot::Compressing {
                 generation,
                 data: data.clone(),
+                covered: *covered,
             };
             st.next_generation += 1;
             st.inflight += 1;
@@ -299,9 +312,14 @@ impl Vfs {
         let mut cut = Ok(());
         if !size.is_multiple_of(rs) {
             let index = size / rs;
-            cut = self
-                .dirty_buffer(node, st, index, false)
-                .map(|buf| buf.truncate((size - index * rs) as usize));
+            let keep = size - index * rs;
+            cut = self.dirty_buffer(node, st, index, false).map(|buf| {
+                buf.truncate(keep as usize);
+            });
+            // The bytes cut are no longer covered: a queued version may still hold them.
+            if let Some(Slot::Dirty { covered, .. }) = st.overlay.get_mut(&index) {
+                *covered = (*covered).min(keep);
+            }
         }
         Ok((generation, cut))
     }
@@ -437,11 +455,13 @@ fn completed(
         Err(e) if current => {
             // Keep the data (reads still see it) and retry at the next flush; the error is
             // reported once to the next write, close or fsync of this file.
+            // Covering nothing is the safe answer here: the size waits for this record.
             st.overlay.insert(
                 index,
                 Slot::Dirty {
                     buf: data.to_vec(),
                     touched: Instant::now(),
+                    covered: 0,
                 },
             );
             st.unstored.insert(index);
