@@ -9,6 +9,9 @@ use anyhow::{bail, Context, Result};
 /// File a pool directory always holds.
 const POOL_HEADER: &str = "presso.pool";
 
+/// The inode number of a mount's root (FUSE's root id, which the pool's root directory has).
+const ROOT_INO: u64 = 1;
+
 /// A mounted Presso pool, from /proc/self/mountinfo.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mount {
@@ -88,6 +91,15 @@ pub fn resolve(path: &Path) -> Result<Target> {
     let canonical =
         std::fs::canonicalize(path).with_context(|| format!("cannot find {}", path.display()))?;
     let all = mounts();
+    // A mount point is answered from the mount table alone: looking inside a busy mount waits for
+    // the daemon's queue of requests, and `presso status` is most wanted when the mount is busy.
+    if let Some(mount) = all.iter().find(|m| m.mountpoint == canonical) {
+        return Ok(Target {
+            pool: mount.pool.clone(),
+            mount: Some(mount.clone()),
+            ino: ROOT_INO,
+        });
+    }
     if is_pool(&canonical) {
         let mount = all.into_iter().find(|m| m.pool == canonical);
         return Ok(Target {

@@ -21,6 +21,7 @@ mod properties;
 mod recovery;
 mod safety;
 mod space;
+mod status;
 mod tools;
 mod writers;
 mod xattr;
