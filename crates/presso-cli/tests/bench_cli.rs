@@ -5,13 +5,15 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-const ROW_FIELDS: [&str; 16] = [
+const ROW_FIELDS: [&str; 18] = [
     "codec",
     "backend",
     "ratio",
     "compress_mbps",
     "decompress_mbps",
     "cpu_s_per_gb",
+    "decompress_cpu_s_per_gb",
+    "saved_mb_per_cpu_s",
     "cpu_util",
     "cost_efficiency",
     "records",
@@ -160,6 +162,20 @@ fn bench_json_reports_every_row_and_a_recommendation() {
         assert_eq!(row["holes"], 4, "{row}");
         assert!(row["compress_mbps"].as_f64().unwrap() > 0.0, "{row}");
         assert!(row["decompress_mbps"].as_f64().unwrap() > 0.0, "{row}");
+        // The CPU figures describe the same CPU seconds: bytes saved per CPU second is the
+        // saving divided by the CPU seconds that CPU s/GB implies.
+        let f = |name: &str| row[name].as_f64().unwrap();
+        let cpu_seconds = f("cpu_s_per_gb") * f("logical_bytes") / 1e9;
+        let saved_mb = (f("logical_bytes") - f("stored_bytes")) / 1e6;
+        assert!(
+            cpu_seconds > 0.0 && f("decompress_cpu_s_per_gb") >= 0.0,
+            "{row}"
+        );
+        let expected = saved_mb / cpu_seconds;
+        assert!(
+            (f("saved_mb_per_cpu_s") - expected).abs() <= 1e-6 * expected.abs().max(1.0),
+            "saved_mb_per_cpu_s should be {expected}: {row}"
+        );
     }
     let backends_of = |codec: &str| -> Vec<&str> {
         rows.iter()

@@ -109,8 +109,11 @@ fn after_help(long: bool) -> String {
              compress_mbps    logical MB (1e6 bytes) compressed per wall-clock second\n  \
              decompress_mbps  logical MB decoded per wall-clock second (on N threads)\n  \
              cpu_s_per_gb     process CPU seconds spent compressing per 1e9 logical bytes\n  \
+             decompress_cpu_s_per_gb  the same for decoding\n  \
+             saved_mb_per_cpu_s  MB saved (logical - stored) per CPU second compressing\n  \
              cpu_util         compress CPU seconds / (wall seconds x workers)\n  \
-             cost_efficiency  ratio / cpu_util (QZFS's figure; 0 when no CPU time was measured)\n  \
+             cost_efficiency  ratio / cpu_util (QZFS's figure; 0 when no CPU time was measured;\n                  \
+             it ranks by ratio alone when every row is CPU-bound: rank by the CPU columns)\n  \
              records          records compressed\n  \
              logical_bytes    bytes of all records\n  \
              stored_bytes     bytes of all frames\n  \

@@ -151,6 +151,8 @@ pub(super) fn measure(
         compress_mbps: per(logical / 1e6, compress_wall),
         decompress_mbps: per(logical / 1e6, decompress.wall.as_secs_f64()),
         cpu_s_per_gb: per(compress_cpu, logical / 1e9),
+        decompress_cpu_s_per_gb: per(decompress.cpu.as_secs_f64(), logical / 1e9),
+        saved_mb_per_cpu_s: per((logical - stored_bytes as f64) / 1e6, compress_cpu),
         cpu_util,
         cost_efficiency: per(ratio, cpu_util),
         records: corpus.records.len() as u64,

@@ -16,8 +16,14 @@
 //! | `compress_mbps`   | logical MB (10^6 bytes) compressed per second of wall time              |
 //! | `decompress_mbps` | logical MB decoded per second of wall time, on `workers` threads        |
 //! | `cpu_s_per_gb`    | process CPU seconds spent compressing per 10^9 logical bytes            |
+//! | `decompress_cpu_s_per_gb` | process CPU seconds spent decoding per 10^9 logical bytes       |
+//! | `saved_mb_per_cpu_s` | MB (10^6 bytes) saved (logical − stored) per CPU second compressing  |
 //! | `cpu_util`        | compress CPU seconds / (wall seconds × workers)                         |
 //! | `cost_efficiency` | `ratio / cpu_util` (the QZFS cost-efficiency figure; 0 if CPU time is 0) |
+//!
+//! What a user pays for is CPU time per byte, so the CPU columns are the ones to rank by.
+//! `cost_efficiency` is kept for comparison with the QZFS paper, but it misleads when every row is
+//! CPU-bound (utilisation near 1 for all): it then ranks by ratio alone, whatever the CPU cost.
 //! | `records`         | records compressed                                                      |
 //! | `logical_bytes`   | bytes of all records                                                    |
 //! | `stored_bytes`    | bytes of all frames                                                     |
@@ -64,9 +70,15 @@ pub struct Row {
     pub decompress_mbps: f64,
     /// Process CPU seconds spent compressing per 10^9 logical bytes.
     pub cpu_s_per_gb: f64,
+    /// Process CPU seconds spent decoding per 10^9 logical bytes.
+    pub decompress_cpu_s_per_gb: f64,
+    /// MB (10^6 bytes) saved (logical − stored) per CPU second spent compressing; negative when
+    /// the frames are larger than the records.
+    pub saved_mb_per_cpu_s: f64,
     /// Compress CPU seconds / (wall seconds × workers).
     pub cpu_util: f64,
-    /// `ratio / cpu_util`; 0 if CPU time is 0.
+    /// `ratio / cpu_util`; 0 if CPU time is 0. QZFS's figure, misleading when every row is
+    /// CPU-bound.
     pub cost_efficiency: f64,
     /// Records compressed.
     pub records: u64,
@@ -133,6 +145,8 @@ mod testing {
             compress_mbps: 100.0,
             decompress_mbps: 500.0,
             cpu_s_per_gb,
+            decompress_cpu_s_per_gb: cpu_s_per_gb / 4.0,
+            saved_mb_per_cpu_s: (1.0 - 1.0 / ratio) * 1000.0 / cpu_s_per_gb,
             cpu_util: 0.5,
             cost_efficiency: ratio / 0.5,
             records: 10,

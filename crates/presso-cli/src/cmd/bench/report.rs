@@ -69,6 +69,11 @@ pub(super) fn print_table(
         if settings.precheck { "on" } else { "off" }
     )?;
     out.write_all(render_table(rows).as_bytes())?;
+    writeln!(
+        out,
+        "\nCPU s/GB is what each byte costs. ratio/util is QZFS's cost-efficiency figure, kept for \
+         comparison: when every row keeps the CPU busy it ranks by ratio alone."
+    )?;
     if let Some(rec) = recommendation {
         writeln!(
             out,
@@ -81,22 +86,24 @@ pub(super) fn print_table(
 
 /// The human table: one line per row, columns aligned (text left, numbers right).
 fn render_table(rows: &[Row]) -> String {
-    const HEADERS: [&str; 13] = [
+    const HEADERS: [&str; 15] = [
         "codec",
         "backend",
         "ratio",
         "comp MB/s",
         "decomp MB/s",
-        "CPU s/GB",
+        "comp CPU s/GB",
+        "decomp CPU s/GB",
+        "saved MB/CPU s",
         "CPU util",
-        "cost eff",
+        "ratio/util",
         "offloaded",
         "software",
         "stored raw",
         "skipped",
         "holes",
     ];
-    let cells: Vec<[String; 13]> = rows
+    let cells: Vec<[String; 15]> = rows
         .iter()
         .map(|r| {
             [
@@ -106,6 +113,8 @@ fn render_table(rows: &[Row]) -> String {
                 format!("{:.1}", r.compress_mbps),
                 format!("{:.1}", r.decompress_mbps),
                 format!("{:.2}", r.cpu_s_per_gb),
+                format!("{:.2}", r.decompress_cpu_s_per_gb),
+                format!("{:.0}", r.saved_mb_per_cpu_s),
                 format!("{:.2}", r.cpu_util),
                 format!("{:.2}", r.cost_efficiency),
                 r.offloaded.to_string(),
