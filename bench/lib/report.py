@@ -29,8 +29,15 @@ def write_csv(path, rows, fields):
     os.replace(tmp, path)
 
 
+# Printed under each table with CPU columns: which figure to rank by, and why the paper's is not it.
+COST_NOTE = ("CPU s/GB (CPU seconds per 10^9 bytes moved) is what each byte costs, and saved MB/CPU s "
+             "what each CPU second buys in storage: rank by these. ratio÷CPU is the QZFS paper's "
+             "cost-efficiency figure, kept for comparison only: when every target keeps the CPU busy it "
+             "ranks by ratio alone, and a file system that idles all cores but one scores well for it.")
+
 NUMERIC = {"rep", "bytes", "seconds", "mbps", "cpu_util", "sys_cpu_util", "cpu_busy_s", "iowait_frac", "steal_frac",
-           "logical_bytes", "stored_bytes", "ratio", "cost_efficiency", "reps_ok", "reps_failed"}
+           "logical_bytes", "stored_bytes", "ratio", "cpu_s_per_gb", "saved_mb_per_cpu_s", "cost_efficiency",
+           "reps_ok", "reps_failed"}
 
 
 def read_csv(path):
@@ -159,8 +166,8 @@ def plot_genomics(plt, path, idx, names, fams):
     ax1.set_title("Genomics post-processing: execution time per step", fontsize=9)
     ax1.legend(fontsize=7)
     ax1.grid(axis="y", alpha=0.3)
-    _bars(ax2, names, fams, [metrics.value(idx, n, "genomics", "total", "cost_efficiency") for n in names],
-          "Genomics: cost-efficiency (ratio ÷ CPU utilisation)", "ratio ÷ CPU utilisation")
+    _bars(ax2, names, fams, [metrics.value(idx, n, "genomics", "total", "cpu_busy_s") for n in names],
+          "Genomics: CPU seconds of the whole pipeline (lower is better)", "CPU seconds")
     _legend(fig)
     fig.tight_layout(rect=(0, 0, 1, 0.93))
     fig.savefig(path, dpi=110)
@@ -181,11 +188,11 @@ def write_plots(out, summary, meta):
     if "fio" in wls:
         plot_grid(plt, os.path.join(out, "fio_throughput.png"), idx, names, fams, pats, "mbps", "MB/s",
                   "FIO throughput, 128K (higher is better)")
-        plot_grid(plt, os.path.join(out, "fio_cost_efficiency.png"), idx, names, fams, pats, "cost_efficiency",
-                  "ratio ÷ CPU utilisation", "FIO cost-efficiency (higher is better)")
+        plot_grid(plt, os.path.join(out, "fio_cpu_s_per_gb.png"), idx, names, fams, pats, "cpu_s_per_gb",
+                  "CPU seconds per GB", "FIO CPU cost per byte, 128K (lower is better)")
         sweep = meta["cfg"]["fio_sweep"]
         plot_sweep(plt, os.path.join(out, "fio_sweep.png"), idx, names, fams, sweep)
-        made += ["fio_throughput.png", "fio_cost_efficiency.png", "fio_sweep.png"]
+        made += ["fio_throughput.png", "fio_cpu_s_per_gb.png", "fio_sweep.png"]
     if "files" in wls:
         panels = [("files", f"{f} {op}") for op in ("write", "read") for f in workloads.FILES]
         plot_grid(plt, os.path.join(out, "files_throughput.png"), idx, names, fams, panels, "mbps", "MB/s",
@@ -193,10 +200,10 @@ def write_plots(out, summary, meta):
         panels = [("files", f"{f} write") for f in workloads.FILES]
         plot_grid(plt, os.path.join(out, "files_ratio.png"), idx, names, fams, panels, "ratio",
                   "compression ratio", "Corpus files: compression ratio (file system's own accounting)", ncols=3)
-        plot_grid(plt, os.path.join(out, "files_cost_efficiency.png"), idx, names, fams,
-                  [("files", "all write"), ("files", "all read")], "cost_efficiency", "ratio ÷ CPU utilisation",
-                  "Corpus files: cost-efficiency (higher is better)")
-        made += ["files_throughput.png", "files_ratio.png", "files_cost_efficiency.png"]
+        plot_grid(plt, os.path.join(out, "files_cpu_s_per_gb.png"), idx, names, fams,
+                  [("files", "all write"), ("files", "all read")], "cpu_s_per_gb", "CPU seconds per GB",
+                  "Corpus files: CPU cost per byte (lower is better)")
+        made += ["files_throughput.png", "files_ratio.png", "files_cpu_s_per_gb.png"]
     if "genomics" in wls:
         plot_genomics(plt, os.path.join(out, "genomics.png"), idx, names, fams)
         made.append("genomics.png")
@@ -281,13 +288,14 @@ def report_md(summary, meta, plots):
              "`zfs get compressratio` of a dataset per workload (zfs-fuse), `presso status --json` "
              "logical ÷ stored before/after (Presso), apparent size ÷ allocated blocks (ext4).")
     L.append("- CPU utilisation, as a fraction of all cores (100% = every core busy for the whole phase), "
-             "two ways. **Attributed** (the `CPU` columns and cost-efficiency, when available: "
+             "two ways. **Attributed** (the `CPU` and `CPU s/GB` columns, when available: "
              f"{meta.get('cpu_attribution', '?')}): CPU time of this run's control group (the harness and "
              "everything it starts: fio, cp, samtools, the zfs-fuse and presso daemons) plus all kernel "
              "threads (btrfs compression workers, writeback, loop workers), over wall clock × cores. "
              "**System-wide** (`sys_cpu_util` in the CSV files): /proc/stat deltas, busy = total − idle − "
-             "iowait − steal; it also counts whatever else runs on the machine. Cost-efficiency = ratio ÷ "
-             "CPU utilisation (higher is better).")
+             "iowait − steal; it also counts whatever else runs on the machine. CPU s/GB = attributed CPU "
+             "seconds ÷ GB moved (lower is better); saved MB/CPU s = MB × (1 − 1/ratio) ÷ CPU seconds "
+             "(higher is better); ratio÷CPU (the QZFS paper's cost-efficiency) = ratio ÷ CPU utilisation.")
     L.append("")
     L.append("FIO command lines (DIR is a directory on the target):")
     L.append("")
@@ -323,7 +331,7 @@ def report_md(summary, meta, plots):
     comps = metrics.comparisons(summary, presso, anchors)
     if comps:
         L.append("")
-        L.append("## Presso against each anchor (Presso ÷ anchor; time: < 1 is faster)")
+        L.append("## Presso against each anchor (Presso ÷ anchor; time and CPU s/GB: < 1 is better)")
         L.append("")
         labels = [c[0] for c in metrics.COMPARE_METRICS]
         L.append(table(["Presso", "anchor"] + labels,
@@ -345,19 +353,23 @@ def report_md(summary, meta, plots):
                 r.append(f1(metrics.value(idx, n, "fio", p, "mbps")) if metrics.value(idx, n, "fio", p, "mbps")
                          is not None else _status(idx, n, "fio", p))
             r += [f1(metrics.value(idx, n, "fio", "SeqW 128K", "ratio"), 2),
+                  f1(metrics.value(idx, n, "fio", "SeqW 128K", "cpu_s_per_gb"), 2),
+                  f1(metrics.value(idx, n, "fio", "SeqW 128K", "saved_mb_per_cpu_s")),
+                  f1(metrics.value(idx, n, "fio", "SeqR 128K", "cpu_s_per_gb"), 2),
                   pct(metrics.value(idx, n, "fio", "SeqW 128K", "cpu_util")),
-                  f1(metrics.value(idx, n, "fio", "SeqW 128K", "cost_efficiency"), 2),
-                  pct(metrics.value(idx, n, "fio", "SeqR 128K", "cpu_util")),
-                  f1(metrics.value(idx, n, "fio", "SeqR 128K", "cost_efficiency"), 2)]
+                  f1(metrics.value(idx, n, "fio", "SeqW 128K", "cost_efficiency"), 2)]
             rows.append(r)
         L.append(table(["target"] + [f"{p} MB/s" for p in pats] +
-                       ["ratio", "SeqW CPU", "SeqW cost-eff.", "SeqR CPU", "SeqR cost-eff."], rows))
+                       ["ratio", "SeqW CPU s/GB", "SeqW saved MB/CPU s", "SeqR CPU s/GB", "SeqW CPU",
+                        "SeqW ratio÷CPU (QZFS)"], rows))
+        L.append("")
+        L.append(COST_NOTE)
         sweep = [f"SeqR:SeqW 1:1 {bs}" for bs in cfg["fio_sweep"]]
         L.append("")
         L.append("Block-size sweep, SeqR:SeqW = 1:1, MB/s (read + write):")
         L.append("")
         L.append(table(["target"] + cfg["fio_sweep"], _metric_table(idx, names, fam, "fio", sweep, "mbps", f1)))
-        _embed(L, plots, ("fio_throughput.png", "fio_cost_efficiency.png", "fio_sweep.png"))
+        _embed(L, plots, ("fio_throughput.png", "fio_cpu_s_per_gb.png", "fio_sweep.png"))
     if "files" in wls:
         L.append("")
         L.append("## Corpus files: copy in, cold read (the ZFS+QAT FASTQ test)")
@@ -372,14 +384,18 @@ def report_md(summary, meta, plots):
                 rd = metrics.value(idx, n, "files", f"{f} read", "mbps")
                 ra = metrics.value(idx, n, "files", f"{f} write", "ratio")
                 r.append(_status(idx, n, "files", f"{f} write") if w is None else f"{f1(w)} / {f1(rd)} / {f1(ra, 2)}")
-            r += [pct(metrics.value(idx, n, "files", "all write", "cpu_util")),
-                  f1(metrics.value(idx, n, "files", "all write", "cost_efficiency"), 2),
-                  pct(metrics.value(idx, n, "files", "all read", "cpu_util")),
-                  f1(metrics.value(idx, n, "files", "all read", "cost_efficiency"), 2)]
+            r += [f1(metrics.value(idx, n, "files", "all write", "cpu_s_per_gb"), 2),
+                  f1(metrics.value(idx, n, "files", "all write", "saved_mb_per_cpu_s")),
+                  f1(metrics.value(idx, n, "files", "all read", "cpu_s_per_gb"), 2),
+                  pct(metrics.value(idx, n, "files", "all write", "cpu_util")),
+                  f1(metrics.value(idx, n, "files", "all write", "cost_efficiency"), 2)]
             rows.append(r)
         L.append(table(["target"] + [f"{f}: write / read MB/s / ratio" for f in workloads.FILES] +
-                       ["write CPU", "write cost-eff.", "read CPU", "read cost-eff."], rows))
-        _embed(L, plots, ("files_throughput.png", "files_ratio.png", "files_cost_efficiency.png"))
+                       ["write CPU s/GB", "write saved MB/CPU s", "read CPU s/GB", "write CPU",
+                        "write ratio÷CPU (QZFS)"], rows))
+        L.append("")
+        L.append(COST_NOTE)
+        _embed(L, plots, ("files_throughput.png", "files_ratio.png", "files_cpu_s_per_gb.png"))
     if "genomics" in wls:
         L.append("")
         L.append("## Genomics post-processing (Figures 9-10), seconds")
@@ -389,9 +405,10 @@ def report_md(summary, meta, plots):
         for r in rows:
             n = r[0]
             r += [f1(metrics.value(idx, n, "genomics", "total", "ratio"), 2),
+                  f1(metrics.value(idx, n, "genomics", "total", "cpu_busy_s")),
                   pct(metrics.value(idx, n, "genomics", "total", "cpu_util")),
                   f1(metrics.value(idx, n, "genomics", "total", "cost_efficiency"), 2)]
-        L.append(table(["target"] + ph + ["ratio", "CPU", "cost-eff."], rows))
+        L.append(table(["target"] + ph + ["ratio", "CPU s", "CPU", "ratio÷CPU (QZFS)"], rows))
         _embed(L, plots, ("genomics.png",))
 
     fails = {}

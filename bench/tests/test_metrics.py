@@ -19,6 +19,16 @@ class BasicsTest(unittest.TestCase):
         self.assertEqual(metrics.median([None, 5, float("nan")]), 5)
         self.assertIsNone(metrics.median([None]))
 
+    def test_cpu_cost_per_byte(self):
+        self.assertAlmostEqual(metrics.cpu_s_per_gb(3.0, 2_000_000_000), 1.5)
+        self.assertIsNone(metrics.cpu_s_per_gb(None, 1_000))
+        self.assertIsNone(metrics.cpu_s_per_gb(1.0, 0))
+        # 100 MB at ratio 4 saves 75 MB; in 1.5 CPU seconds that is 50 MB per CPU second.
+        self.assertAlmostEqual(metrics.saved_mb_per_cpu_s(100_000_000, 4.0, 1.5), 50.0)
+        self.assertLess(metrics.saved_mb_per_cpu_s(100_000_000, 0.5, 1.0), 0)
+        self.assertIsNone(metrics.saved_mb_per_cpu_s(100_000_000, 4.0, 0))
+        self.assertIsNone(metrics.saved_mb_per_cpu_s(100_000_000, None, 1.0))
+
     def test_cost_efficiency(self):
         self.assertAlmostEqual(metrics.cost_efficiency(3.6, 0.5), 7.2)
         self.assertIsNone(metrics.cost_efficiency(3.6, 0))
@@ -35,8 +45,10 @@ class BasicsTest(unittest.TestCase):
 
     def test_make_row_derives_mbps_and_cost_efficiency(self):
         r = metrics.make_row(FakeTarget("zfs-gzip-6", "zfs-fuse"), "fio", "SeqW 128K", 1,
-                             bytes=100_000_000, seconds=4.0, cpu_util=0.25, ratio=3.0)
+                             bytes=100_000_000, seconds=4.0, cpu_util=0.25, cpu_busy_s=2.0, ratio=3.0)
         self.assertAlmostEqual(r["mbps"], 25.0)
+        self.assertAlmostEqual(r["cpu_s_per_gb"], 20.0)
+        self.assertAlmostEqual(r["saved_mb_per_cpu_s"], 100 * (2 / 3) / 2.0)
         self.assertAlmostEqual(r["cost_efficiency"], 12.0)
         self.assertEqual(r["fs"], "zfs-fuse")
         self.assertEqual(set(r), set(metrics.ROW_FIELDS))

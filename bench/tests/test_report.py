@@ -21,7 +21,8 @@ def rows():
                 out.append(metrics.make_row(t, "fio", ph, 1, status="failed", error="setup: no presso binary"))
             else:
                 out.append(metrics.make_row(t, "fio", ph, 1, bytes=mbps * 1_000_000, seconds=1.0, cpu_util=0.4,
-                                            sys_cpu_util=0.9, ratio=ratio, cpu_source="cgroup+kthreads"))
+                                            cpu_busy_s=0.8, sys_cpu_util=0.9, ratio=ratio,
+                                            cpu_source="cgroup+kthreads"))
         for step in ("converting", "viewing", "sorting", "merging", "indexing", "total"):
             if mbps is None:
                 out.append(metrics.make_row(t, "genomics", step, 1, status="failed", error="setup: no presso binary"))
@@ -61,7 +62,9 @@ class ReportTest(unittest.TestCase):
         self.assertIn("Test CPU (2 cores)", md)
         self.assertIn("## The issue's targets (reported, not asserted)", md)
         self.assertIn("| presso-gzip-6 vs zfs-gzip-6: FIO SeqW throughput ≥ 5x at ≥ 0.95x its ratio | not measured |", md)
-        self.assertIn("| zfs-gzip-6 | 20.0 | 20.0 | 20.0 | 20.0 | 3.40 | 40% | 8.50 |", md)
+        # 0.8 CPU s for 20 MB: 40 CPU s/GB; 20 MB × (1 − 1/3.4) saved in 0.8 CPU s: 17.6 MB/CPU s.
+        self.assertIn("| zfs-gzip-6 | 20.0 | 20.0 | 20.0 | 20.0 | 3.40 | 40.00 | 17.6 | 40.00 | 40% | 8.50 |", md)
+        self.assertIn("rank by these. ratio÷CPU is the QZFS paper's cost-efficiency figure", md)
         self.assertIn("| presso-gzip-6 | failed | failed | failed | failed |", md)
         self.assertIn("- presso-gzip-6, fio (6 phase(s)): failed: setup: no presso binary", md)
         self.assertIn("## Presso against each anchor", md)
@@ -73,7 +76,7 @@ class ReportTest(unittest.TestCase):
             for f in ("results.csv", "summary.csv", "report.md"):
                 self.assertTrue(os.path.getsize(os.path.join(d, f)) > 0, f)
             if report._plt() is not None:
-                for f in ("fio_throughput.png", "fio_cost_efficiency.png", "fio_sweep.png", "genomics.png"):
+                for f in ("fio_throughput.png", "fio_cpu_s_per_gb.png", "fio_sweep.png", "genomics.png"):
                     with open(os.path.join(d, f), "rb") as fh:
                         self.assertEqual(fh.read(8), b"\x89PNG\r\n\x1a\n", f)
                 with open(os.path.join(d, "report.md")) as fh:
