@@ -21,6 +21,7 @@ pub mod control;
 pub mod daemon;
 mod error;
 pub mod fuse;
+pub mod lifetime;
 pub mod maintenance;
 pub mod pool;
 pub mod props;

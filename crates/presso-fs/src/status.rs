@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use presso_codec::{BackendKind, CodecId, StatsSnapshot};
 
 use crate::error::Result;
+use crate::lifetime::{CpuCost, Work};
 use crate::pool::Pool;
 use crate::vfs::{Unstored, Vfs};
 
@@ -86,6 +87,19 @@ pub struct Status {
     pub durability_pending: bool,
     /// Mount throughput (zero when not mounted).
     pub throughput: Throughput,
+    /// Work done since the mount (zero when not mounted).
+    #[serde(default)]
+    pub work: Work,
+    /// What it cost the CPU per byte.
+    #[serde(default)]
+    pub cost: CpuCost,
+    /// Work done over the pool's life, this mount's included (as far as the last durability
+    /// sweep for mounts that ended without an unmount).
+    #[serde(default)]
+    pub lifetime: Work,
+    /// What that cost the CPU per byte.
+    #[serde(default)]
+    pub lifetime_cost: CpuCost,
     /// Bytes waiting for compression.
     pub dirty_bytes: u64,
     /// Written data that could not be stored (a full disk, an I/O error): kept in memory and
@@ -135,6 +149,11 @@ impl Status {
                 read_bytes_per_sec: r,
             }
         });
+        let work = vfs.map_or_else(Work::default, Vfs::work);
+        let lifetime = match vfs {
+            Some(v) => v.lifetime_work()?,
+            None => Work::stored(pool.meta())?,
+        };
         Ok(Status {
             pool: pool.describe(),
             mountpoint,
@@ -158,6 +177,10 @@ impl Status {
             durable_commits: load(&counters.durable_commits),
             durability_pending: vfs.is_some_and(Vfs::durability_pending),
             throughput,
+            cost: work.cost(),
+            work,
+            lifetime_cost: lifetime.cost(),
+            lifetime,
             dirty_bytes: vfs.map_or(0, |v| v.dirty_bytes() as u64),
             unstored: vfs.map_or_else(Unstored::default, |v| v.unstored()),
             space_low: vfs.is_some_and(|v| v.space_low()),

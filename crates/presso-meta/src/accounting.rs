@@ -1,7 +1,9 @@
 //! Space accounting: the logical/stored/garbage counters and the helpers that keep them exact.
 
-use crate::engine::{RecordRef, Txn, COUNTER_GARBAGE, COUNTER_LOGICAL, COUNTER_STORED};
-use crate::error::Result;
+use crate::engine::{
+    RecordRef, Txn, COUNTER_GARBAGE, COUNTER_LOGICAL, COUNTER_STORED, STATISTICS_PREFIX,
+};
+use crate::error::{MetaError, Result};
 use crate::{MetaStore, SpaceUsage};
 
 /// Counter changes collected over a transaction group and written once at its end.
@@ -85,6 +87,32 @@ impl MetaStore {
                 garbage: tx.get_counter(COUNTER_GARBAGE)?,
             })
         })
+    }
+
+    /// Adds `amount` to each named statistics counter (missing ones start at 0; sums saturate),
+    /// all in one transaction. Names must start with [`STATISTICS_PREFIX`], so statistics never
+    /// touch the accounting and inode counters.
+    pub fn add_statistics(&self, adds: &[(&str, u64)]) -> Result<()> {
+        if let Some((name, _)) = adds.iter().find(|(n, _)| !n.starts_with(STATISTICS_PREFIX)) {
+            return Err(MetaError::invalid(format!(
+                "statistics counter {name:?} does not start with {STATISTICS_PREFIX:?}"
+            )));
+        }
+        if adds.iter().all(|&(_, amount)| amount == 0) {
+            return Ok(());
+        }
+        self.write(|tx| {
+            for &(name, amount) in adds {
+                add_counter(tx, name, amount, 0)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The values of the named statistics counters (0 for one never added to), read in one
+    /// transaction.
+    pub fn statistics(&self, names: &[&str]) -> Result<Vec<u64>> {
+        self.read(|tx| names.iter().map(|name| tx.get_counter(name)).collect())
     }
 
     /// Tells the accounting that `bytes` of garbage were reclaimed (e.g. by segment compaction).

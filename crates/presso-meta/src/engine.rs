@@ -41,6 +41,10 @@ pub const COUNTER_LOGICAL: &str = "logical_bytes";
 pub const COUNTER_STORED: &str = "stored_bytes";
 /// Counter holding segment bytes that are no longer referenced by any record.
 pub const COUNTER_GARBAGE: &str = "garbage_bytes";
+/// Prefix of the statistics counters a pool keeps over its whole life
+/// ([`MetaStore::add_statistics`](crate::MetaStore::add_statistics)); no other counter starts
+/// with it.
+pub const STATISTICS_PREFIX: &str = "stat.";
 
 /// The type of an inode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -89,7 +89,7 @@ use std::path::Path;
 
 pub use engine::{
     CodecSpace, Dentry, FileKind, InodeRow, MetaEngine, RecordLocation, RecordRef, SegmentUsage,
-    Timespec, Txn, POOL_INO, ROOT_INO,
+    Timespec, Txn, POOL_INO, ROOT_INO, STATISTICS_PREFIX,
 };
 pub use error::{MetaError, Result};
 pub use sqlite::{SqliteOptions, Synchronous, SCHEMA_VERSION};

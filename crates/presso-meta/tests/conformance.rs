@@ -118,7 +118,29 @@ conformance!(
     scan_records_paginates,
     purge_orphans_removes_every_orphan,
     readers_run_while_a_writer_commits,
+    statistics_add_up_and_stay_apart_from_accounting,
 );
+
+fn statistics_add_up_and_stay_apart_from_accounting(s: &MetaStore) {
+    assert_eq!(s.statistics(&["stat.a", "stat.b"]).unwrap(), [0, 0]);
+    s.add_statistics(&[("stat.a", 5), ("stat.b", 7)]).unwrap();
+    s.add_statistics(&[("stat.a", 3), ("stat.b", 0)]).unwrap();
+    assert_eq!(s.statistics(&["stat.a", "stat.b"]).unwrap(), [8, 7]);
+    s.add_statistics(&[("stat.a", u64::MAX)]).unwrap();
+    assert_eq!(
+        s.statistics(&["stat.a"]).unwrap(),
+        [u64::MAX],
+        "sums saturate"
+    );
+    // A name outside the statistics would reach the space or inode counters: refused whole.
+    let space = s.space().unwrap();
+    let err = s
+        .add_statistics(&[("stat.b", 1), ("logical_bytes", 100)])
+        .unwrap_err();
+    assert!(matches!(err, MetaError::InvalidArgument(_)), "{err}");
+    assert_eq!(s.space().unwrap(), space);
+    assert_eq!(s.statistics(&["stat.b"]).unwrap(), [7]);
+}
 
 fn closed(_: u64) -> bool {
     false

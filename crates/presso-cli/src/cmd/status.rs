@@ -21,8 +21,12 @@ records_software,
 fallback_busy, fallback_failure, fallback_unavailable, holes, stored_raw, precheck_skips,
 inline_records, corruptions, txgs, durable_commits, durability_pending (the mount holds changes
 not durable yet), throughput{written_bytes, read_bytes,
-write_bytes_per_sec, read_bytes_per_sec}, and the engine's full counters under engine. The space figures and codecs[]
-cover the whole pool; the other counters count since the pool was mounted (or opened).")]
+write_bytes_per_sec, read_bytes_per_sec}, work and lifetime (since the mount, and over the pool's
+life: written_bytes, read_bytes, records_compressed, records_offloaded, compressed_bytes,
+frame_bytes, compress_cpu_ns, records_decoded, decoded_bytes, decode_cpu_ns), cost and
+lifetime_cost (compress_cpu_s_per_gb, decode_cpu_s_per_gb, saved_mb_per_cpu_s), and the engine's
+full counters under engine. The space figures, codecs[] and lifetime cover the whole pool; the
+other counters count since the pool was mounted (or opened).")]
 pub struct StatusArgs {
     /// A pool directory or a mount point.
     pub path: PathBuf,
@@ -117,6 +121,21 @@ pub fn render(s: &Status) -> String {
             human(t.read_bytes)
         );
     }
+    let cost = |label: &str, w: &presso_fs::lifetime::Work, c: &presso_fs::lifetime::CpuCost| {
+        format!(
+            "{label}{} written, {} read; CPU {:.2} s/GB compressing, {:.2} s/GB decoding; {:.0} MB \
+             saved per CPU second\n",
+            human(w.written_bytes),
+            human(w.read_bytes),
+            c.compress_cpu_s_per_gb,
+            c.decode_cpu_s_per_gb,
+            c.saved_mb_per_cpu_s
+        )
+    };
+    if s.mountpoint.is_some() {
+        out.push_str(&cost("this mount  ", &s.work, &s.cost));
+    }
+    out.push_str(&cost("lifetime    ", &s.lifetime, &s.lifetime_cost));
     if s.space_low || !s.unstored.is_empty() {
         let _ = writeln!(
             out,

@@ -100,6 +100,10 @@ pub struct PoolCounters {
     pub holes: AtomicU64,
     /// Records read back and decoded.
     pub records_read: AtomicU64,
+    /// Logical bytes of the records decoded.
+    pub decoded_bytes: AtomicU64,
+    /// Thread CPU time spent reading and decoding them, nanoseconds.
+    pub decode_cpu_ns: AtomicU64,
     /// Frames that failed verification on read.
     pub corruptions: AtomicU64,
 }
@@ -463,6 +467,7 @@ impl Pool {
     /// Reads and decodes record `index` of `ino` from `rec`, verifying every checksum.
     /// A record stored as-is is a view into the frame read from the store, not a copy.
     pub fn read_record(&self, ino: u64, index: u64, rec: &RecordRef) -> Result<Bytes> {
+        let cpu = presso_codec::stats::thread_cpu_time();
         let (frame, header) = self.read_checked_frame(ino, index, rec)?;
         let data = self
             .engine
@@ -478,7 +483,25 @@ impl Pool {
                 }
             })?;
         self.counters.records_read.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .decoded_bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        let spent = presso_codec::stats::thread_cpu_time().saturating_sub(cpu);
+        self.counters
+            .decode_cpu_ns
+            .fetch_add(spent.as_nanos() as u64, Ordering::Relaxed);
         Ok(data)
+    }
+
+    /// The compression and decoding work done since the pool opened.
+    pub fn work(&self) -> crate::lifetime::Work {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        crate::lifetime::Work {
+            records_decoded: load(&self.counters.records_read),
+            decoded_bytes: load(&self.counters.decoded_bytes),
+            decode_cpu_ns: load(&self.counters.decode_cpu_ns),
+            ..crate::lifetime::Work::of_engine(&self.engine.stats())
+        }
     }
 
     /// Recomputes every segment's live bytes from the metadata after committing what is queued.

@@ -37,6 +37,7 @@ use presso_meta::{
 
 use crate::cache::{CacheStats, RecordCache};
 use crate::error::{FsError, Result};
+use crate::lifetime::{Lifetime, Work};
 use crate::pool::{OpTag, Pool};
 use crate::props;
 use crate::reclaim::{ReclaimPolicy, Reclaimer};
@@ -133,6 +134,7 @@ pub struct Vfs {
     samples: Mutex<Vec<(Instant, u64, u64)>>,
     stopping: AtomicBool,
     reclaimer: Option<Arc<Reclaimer>>,
+    lifetime: Lifetime,
 }
 
 impl Vfs {
@@ -160,9 +162,10 @@ impl Vfs {
             low_space: AtomicBool::new(false),
             props_generation: AtomicU64::new(0),
             traffic: Traffic::default(),
-            samples: Mutex::new(Vec::new()),
+            samples: Mutex::new(vec![(Instant::now(), 0, 0)]),
             stopping: AtomicBool::new(false),
             reclaimer,
+            lifetime: Lifetime::default(),
         });
         let workers = pool.options().workers.max(1);
         for i in 0..workers {
@@ -332,6 +335,10 @@ impl Vfs {
             drop(wait_submitted(node, mark));
         }
         self.queue_sizes();
+        // Statistics, not data: a failure to count is reported, never a failed sync.
+        if let Err(e) = self.lifetime.save(self.pool.meta(), self.work()) {
+            eprintln!("presso: the pool's lifetime statistics were not saved: {e}");
+        }
         self.pool.commit(true)
     }
 
@@ -379,19 +386,39 @@ impl Vfs {
     // ---- reporting
 
     /// Bytes written and read through the file system since it was mounted, and the rates
-    /// (bytes/s) over the last ten seconds.
+    /// (bytes/s) over the last ten seconds (or since the mount, if that is less).
     pub fn traffic(&self) -> (u64, u64, f64, f64) {
         let written = self.traffic.written.load(Ordering::Relaxed);
         let read = self.traffic.read.load(Ordering::Relaxed);
-        let samples = self.samples.lock();
-        let (rw, rr) = match (samples.first(), samples.last()) {
-            (Some(a), Some(b)) if b.0 > a.0 => {
-                let secs = b.0.duration_since(a.0).as_secs_f64();
-                ((b.1 - a.1) as f64 / secs, (b.2 - a.2) as f64 / secs)
+        // From the oldest sample (at most ten ticks old; the first is the mount's) to now and the
+        // counters now: bytes moved since the last tick count at once.
+        let oldest = self.samples.lock().first().copied();
+        let (rw, rr) = match oldest {
+            Some((at, w0, r0)) => {
+                let secs = at.elapsed().as_secs_f64().max(0.001);
+                (
+                    written.saturating_sub(w0) as f64 / secs,
+                    read.saturating_sub(r0) as f64 / secs,
+                )
             }
-            _ => (0.0, 0.0),
+            None => (0.0, 0.0),
         };
         (written, read, rw, rr)
+    }
+
+    /// The work done since the mount: bytes through it, and the engine's and the pool's
+    /// compression and decoding.
+    pub fn work(&self) -> Work {
+        Work {
+            written_bytes: self.traffic.written.load(Ordering::Relaxed),
+            read_bytes: self.traffic.read.load(Ordering::Relaxed),
+            ..self.pool.work()
+        }
+    }
+
+    /// The work done over the pool's life, this mount's included.
+    pub fn lifetime_work(&self) -> Result<Work> {
+        self.lifetime.totals(self.pool.meta(), self.work())
     }
 
     /// Record-cache counters.
