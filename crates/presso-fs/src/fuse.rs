@@ -158,6 +158,27 @@ fn file_attr(a: &Attr) -> FileAttr {
     }
 }
 
+/// The attributes of a regular file that no longer exists: no links, no bytes, no permissions.
+fn removed_file_attr(ino: u64, atime: SystemTime, mtime: SystemTime) -> FileAttr {
+    FileAttr {
+        ino,
+        size: 0,
+        blocks: 0,
+        atime,
+        mtime,
+        ctime: mtime,
+        crtime: mtime,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 128 << 10,
+        flags: 0,
+    }
+}
+
 fn caller(req: &Request<'_>) -> Caller {
     Caller {
         uid: req.uid(),
@@ -248,7 +269,19 @@ impl Filesystem for PressoFs {
             atime: atime.map(time_or_now),
             mtime: mtime.map(time_or_now),
         };
-        attr(reply, self.vfs.setattr_by(ino, set, caller(req)))
+        let times_only = mode.is_none() && uid.is_none() && gid.is_none() && size.is_none();
+        match self.vfs.setattr_by(ino, set, caller(req)) {
+            // With the writeback cache the kernel keeps a written file's times and sends them
+            // when it writes the inode back (at sync), also for a file removed since, which no
+            // name or open file reaches any more (an open one is kept until its release). There
+            // is nothing left to update; failing would fail the caller's syncfs.
+            Err(e) if times_only && e.errno() == libc::ENOENT => {
+                let now = time(Timespec::now());
+                let at = |t: Option<TimeOrNow>| t.map_or(now, |t| time(time_or_now(t)));
+                reply.attr(&TTL, &removed_file_attr(ino, at(atime), at(mtime)));
+            }
+            result => attr(reply, result),
+        }
     }
 
     fn readlink(&mut self, _req: &Request<'_>, ino: u64, reply: ReplyData) {

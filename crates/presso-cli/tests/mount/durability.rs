@@ -245,3 +245,28 @@ fn fsync_of_a_directory_is_a_durability_point() {
     names.sort();
     assert_eq!(names, ["renamed", "sub"], "names in dir after the kill");
 }
+
+/// `syncfs(2)` on the mount, as `sync -f` calls it; the error it returns, if any.
+fn syncfs(dir: &Path) -> std::io::Result<()> {
+    let root = File::open(dir)?;
+    // SAFETY: syncfs takes any open descriptor and reads nothing from memory.
+    if unsafe { libc::syncfs(root.as_raw_fd()) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[test]
+fn syncfs_succeeds_after_files_were_written_and_removed() {
+    let f = Fixture::new("syncfs-removed");
+    // The kernel keeps the modification time of a written file and sends it with the inode's
+    // writeback at the next sync, even when the file was removed (or renamed over) meanwhile.
+    std::fs::write(f.p("removed"), b"gone soon").unwrap();
+    std::fs::remove_file(f.p("removed")).unwrap();
+    std::fs::write(f.p("config"), b"old").unwrap();
+    std::fs::write(f.p("config.lock"), b"new").unwrap();
+    std::fs::rename(f.p("config.lock"), f.p("config")).unwrap();
+    syncfs(&f.mnt).expect("syncfs after a removal and a rename over a file (ext4: success)");
+    assert_eq!(std::fs::read(f.p("config")).unwrap(), b"new");
+}
