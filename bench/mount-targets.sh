@@ -19,31 +19,9 @@ work=${3:-/var/tmp/presso-mount-bench}
 cargo build --release -q -p presso-cli
 presso=$PWD/target/release/presso
 
-mkdir -p "$work"
-img=$work/ext4.img
-disk=$work/disk
-loopdev=""
-cleanup() {
-  for m in "$work"/mnt-*; do
-    grep -qs " $m " /proc/self/mountinfo && { "$presso" unmount "$m" >/dev/null 2>&1 || fusermount3 -uz "$m" || true; }
-  done
-  grep -qs " $disk " /proc/self/mountinfo && umount "$disk"
-  [ -n "$loopdev" ] && losetup -d "$loopdev" 2>/dev/null || true
-  rm -f "$img"
-}
-trap cleanup EXIT INT TERM
-
-# Whole MiB: a loop device with direct I/O ignores a partial last sector.
-size=$(( ($(du -sb "$corpus" | cut -f1) * 3 + (1 << 30)) >> 20 << 20 ))
-truncate -s "$size" "$img"
-mkfs.ext4 -q -F "$img"
-loopdev=$(losetup --direct-io=on --find --show "$img")
-mkdir -p "$disk"
-mount "$loopdev" "$disk"
-
-now() { date +%s.%N; }
-drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+source bench/lib/loopdisk.sh
+# Room for three copies of the corpus and a gibibyte.
+make_disk $(( $(du -sb "$corpus" | cut -f1) * 3 + (1 << 30) ))
 rate() { awk -v b="$1" -v s="$2" -v e="$3" 'BEGIN { printf "%.1f\n", b / 1e6 / (e - s) }'; }
 
 base=${PRESSO_BASE:-}

@@ -1,0 +1,35 @@
+# Shared by the mount benchmarks (sourced, not run): an ext4 file system on a loop device with
+# direct I/O (like a disk: no second page cache on the host file system below it), timing and
+# median helpers, and the cleanup of every mount under the work directory.
+#
+# The caller sets `work` (the work directory) and `presso` (the binary), then calls
+# `make_disk SIZE_BYTES`; `disk` is then the mounted ext4 and `loopdev` its device.
+
+disk=$work/disk
+img=$work/ext4.img
+loopdev=""
+
+now() { date +%s.%N; }
+drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+cleanup() {
+  for m in "$work"/mnt-*; do
+    grep -qs " $m " /proc/self/mountinfo && { "$presso" unmount "$m" >/dev/null 2>&1 || fusermount3 -uz "$m" || umount -l "$m" || true; }
+  done
+  grep -qs " $disk " /proc/self/mountinfo && umount "$disk"
+  [ -n "$loopdev" ] && losetup -d "$loopdev" 2>/dev/null || true
+  rm -f "$img"
+}
+
+# make_disk BYTES: a fresh ext4 of at least BYTES (whole MiB: a loop device with direct I/O
+# ignores a partial last sector) mounted at $disk; removed again on exit.
+make_disk() {
+  mkdir -p "$work"
+  trap cleanup EXIT INT TERM
+  truncate -s $(( ($1 + (1 << 20) - 1) >> 20 << 20 )) "$img"
+  mkfs.ext4 -q -F "$img"
+  loopdev=$(losetup --direct-io=on --find --show "$img")
+  mkdir -p "$disk"
+  mount "$loopdev" "$disk"
+}

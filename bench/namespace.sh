@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Namespace-heavy work through a Presso mount, side by side with the kernel's ext4 (and btrfs
+# compress-force=zstd:1 when mkfs.btrfs is installed) on the same loop-device disk, in one run:
+#   tar x     extract the Linux 6.1 source tarball (83.7k entries, 1.36 GB), then `sync -f`
+#   find      `find DIR | wc -l` over the extracted tree, right after
+#   checkout  `git checkout` of the same tree from a repository on the host disk, then `sync -f`
+#   create, stat, delete   PRESSO_NS_SMALL (default 100,000) files of 100 bytes in one directory
+#   rm -rf    remove the extracted tree and the checkout, then `sync -f`
+#
+#   bench/namespace.sh [REPEATS=3] [WORK_DIR=/var/tmp/presso-namespace-bench]
+#
+# Repetitions are outermost, so the targets alternate and drift on a shared machine hits them all
+# alike. Prints a markdown table of medians (seconds) and Presso ÷ ext4 against the targets
+# (tar x ≤ 2x, find ≤ 3x, rm -rf ≤ 1x). PRESSO_NS_TARBALL=FILE uses another tarball (the default
+# is /usr/src/linux-source-6.1.tar.xz, from Debian's linux-source-6.1, installed if missing);
+# PRESSO_COMPRESSION (default gzip-6) picks Presso's codec. Needs root (loop devices,
+# drop_caches).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repeats=${1:-3}
+work=${2:-/var/tmp/presso-namespace-bench}
+small=${PRESSO_NS_SMALL:-100000}
+compression=${PRESSO_COMPRESSION:-gzip-6}
+tarball=${PRESSO_NS_TARBALL:-/usr/src/linux-source-6.1.tar.xz}
+[ "$(id -u)" -eq 0 ] || { echo "needs root (loop devices, drop_caches)" >&2; exit 1; }
+if [ ! -f "$tarball" ] && [ -z "${PRESSO_NS_TARBALL:-}" ]; then
+  bash scripts/install-packages.sh linux-source-6.1
+fi
+[ -f "$tarball" ] || { echo "no tarball at $tarball (set PRESSO_NS_TARBALL)" >&2; exit 1; }
+bash scripts/install-packages.sh git xz-utils python3 btrfs-progs
+
+cargo build --release -q -p presso-cli
+presso=$PWD/target/release/presso
+source bench/lib/loopdisk.sh
+
+# The tree, unpacked once on the host disk, and a repository of it for the checkout phase.
+tree=$work/tree
+repo=$work/repo.git
+if [ ! -f "$work/.tree-of" ] || [ "$(cat "$work/.tree-of")" != "$tarball" ]; then
+  rm -rf "$tree" "$repo"
+  mkdir -p "$tree"
+  echo "unpacking $tarball once and committing it to a repository (a minute or two)" >&2
+  tar xf "$tarball" -C "$tree"
+  git -C "$tree" init -q
+  git -C "$tree" add -A
+  git -C "$tree" -c user.name=bench -c user.email=bench@localhost commit -q -m tree
+  git clone -q --bare "$tree" "$repo"
+  echo "$tarball" > "$work/.tree-of"
+fi
+tree_bytes=$(du -sb "$tree" | cut -f1)
+# Room for the tree twice (extracted and checked out), its metadata, and a gibibyte.
+make_disk $(( tree_bytes * 3 + (1 << 30) ))
+
+targets=(ext4 presso)
+command -v mkfs.btrfs >/dev/null && targets=(ext4 btrfs presso)
+btrfs_img=$work/btrfs.img
+btrfs_loop=""
+
+# setup TARGET: an empty file system of TARGET mounted at $work/mnt-TARGET.
+setup() {
+  local target=$1 dir=$work/mnt-$1
+  mkdir -p "$dir"
+  case $target in
+    ext4) mkdir -p "$disk/ext4"; mount --bind "$disk/ext4" "$dir" ;;
+    btrfs)
+      truncate -s $(( (tree_bytes * 3 + (1 << 30)) >> 20 << 20 )) "$btrfs_img"
+      mkfs.btrfs -q -f "$btrfs_img"
+      btrfs_loop=$(losetup --direct-io=on --find --show "$btrfs_img")
+      mount -o compress-force=zstd:1 "$btrfs_loop" "$dir" ;;
+    presso)
+      rm -rf "$disk/pool"
+      "$presso" create "$disk/pool" -o compression="$compression" >/dev/null
+      "$presso" mount "$disk/pool" "$dir" >/dev/null ;;
+  esac
+}
+teardown() {
+  local target=$1 dir=$work/mnt-$1
+  case $target in
+    ext4) umount "$dir"; rm -rf "$disk/ext4" ;;
+    btrfs) umount "$dir"; losetup -d "$btrfs_loop"; btrfs_loop=""; rm -f "$btrfs_img" ;;
+    presso) "$presso" unmount "$dir" >/dev/null; rm -rf "$disk/pool" ;;
+  esac
+}
+cleanup_btrfs() {
+  cleanup
+  [ -n "$btrfs_loop" ] && losetup -d "$btrfs_loop" 2>/dev/null || true
+  rm -f "$btrfs_img"
+}
+trap cleanup_btrfs EXIT INT TERM
+
+# timed PHASE COMMAND...: runs COMMAND, appends "target phase seconds" to the results.
+results=$work/results.tsv
+: > "$results"
+timed() {
+  local phase=$1; shift
+  local s e
+  s=$(now); "$@"; e=$(now)
+  awk -v t="$target" -v p="$phase" -v s="$s" -v e="$e" 'BEGIN { printf "%s\t%s\t%.3f\n", t, p, e - s }' >> "$results"
+  echo "$target run $r: $phase $(tail -n 1 "$results" | cut -f3) s" >&2
+}
+# Small files: one process for the whole phase, so the cost measured is the file system's.
+small_files() {
+  python3 - "$1" "$2" "$small" <<'PY'
+import os, sys
+op, d, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+data = b"x" * 100
+for i in range(n):
+    p = os.path.join(d, f"f{i:06d}")
+    if op == "create":
+        fd = os.open(p, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644)
+        os.write(fd, data)
+        os.close(fd)
+    elif op == "stat":
+        os.stat(p)
+    else:
+        os.unlink(p)
+PY
+}
+
+for r in $(seq "$repeats"); do
+  for target in "${targets[@]}"; do
+    setup "$target"
+    dir=$work/mnt-$target
+    drop
+    timed "tar x" sh -c 'tar xf "$1" -C "$2" && sync -f "$2"' sh "$tarball" "$dir"
+    timed "find" sh -c 'find "$1" | wc -l > /dev/null' sh "$dir"
+    timed "checkout" sh -c 'git clone -q --no-checkout "$1" "$2/co" && git -C "$2/co" checkout -q HEAD -- . && sync -f "$2"' sh "$repo" "$dir"
+    [ "$(find "$dir/co" -path "$dir/co/.git" -prune -o -type f -print | wc -l)" -gt 0 ] || { echo "checkout made no files on $target" >&2; exit 1; }
+    mkdir "$dir/small"
+    timed "create" small_files create "$dir/small"
+    timed "stat" small_files stat "$dir/small"
+    timed "delete" small_files delete "$dir/small"
+    timed "rm -rf" sh -c 'rm -rf "$1"/* && sync -f "$1"' sh "$dir"
+    teardown "$target"
+  done
+done
+
+phases=("tar x" "find" "checkout" "create" "stat" "delete" "rm -rf")
+med() { awk -F'\t' -v t="$1" -v p="$2" '$1 == t && $2 == p { print $3 }' "$results" | median; }
+x() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+echo
+echo "Seconds, medians of $repeats alternating runs; $small small files; Presso compression=$compression."
+echo
+header="| target |"; rule="|---|"
+for p in "${phases[@]}"; do header+=" $p |"; rule+="---:|"; done
+echo "$header"; echo "$rule"
+for target in "${targets[@]}"; do
+  row="| $target |"
+  for p in "${phases[@]}"; do row+=" $(med "$target" "$p") |"; done
+  echo "$row"
+done
+echo
+echo "| Presso ÷ ext4 | measured | target |"
+echo "|---|---:|---|"
+for p in "${phases[@]}"; do
+  case $p in "tar x") goal="≤ 2x" ;; find) goal="≤ 3x" ;; "rm -rf") goal="≤ 1x" ;; *) goal="–" ;; esac
+  echo "| $p | $(x "$(med presso "$p")" "$(med ext4 "$p")")x | $goal |"
+done
