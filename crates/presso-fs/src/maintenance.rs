@@ -195,7 +195,11 @@ impl ScrubReport {
 
 /// Verifies every record the metadata references (segment checksum, frame checksums, decode,
 /// logical length) and every segment entry, and reports damage and orphans.
+///
+/// Collection waits while a scrub runs: it moves records and removes their old segments, which
+/// a scrub looking at them meanwhile would take for damage.
 pub fn scrub(pool: &Pool, progress: &mut dyn FnMut(Progress)) -> Result<ScrubReport> {
+    let _no_collection = pool.maintenance_lock();
     pool.commit(true)?;
     let mut report = ScrubReport::default();
     let usage = pool.meta().segment_usage()?;
