@@ -167,7 +167,9 @@ impl Txgs {
 
     /// The outcome of committing `group`: on success its report goes out; on failure its ops go
     /// back in front of the queue, in order (the frames they name are appended, and applying
-    /// them later is still correct), and its waiters get the error.
+    /// them later is still correct), and its waiters get the error. A failure after
+    /// [`Txgs::shut_down`] stops the groups for good: a closing pool does not retry forever
+    /// (its close reports the failure, and the ops are lost with it).
     pub fn finish(&self, group: Group, result: Result<()>) {
         let mut st = self.state.lock();
         match result {
@@ -185,6 +187,10 @@ impl Txgs {
                 tags.append(&mut st.tags);
                 st.tags = tags;
                 st.error = Some((group.number, Arc::new(e)));
+                if st.shutdown {
+                    st.halted = true;
+                    st.stopped = st.error.clone();
+                }
             }
         }
         st.committed = group.number;
