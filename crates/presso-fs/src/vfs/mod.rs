@@ -353,10 +353,12 @@ impl Vfs {
         self.pool.unsynced().pending()
     }
 
-    /// Flushes everything, commits it durably and stops background work.
+    /// Flushes everything, commits it durably and stops background work. Fails if anything
+    /// could not be committed, or could not be stored at all ([`FsError::Unstored`]: that data
+    /// is lost with the file layer).
     pub fn shutdown(&self) -> Result<()> {
         self.stop_background();
-        let result = self.sync_all();
+        let result = self.sync_all().and_then(|()| self.all_stored());
         self.pool.close().and(result)
     }
 
