@@ -369,3 +369,58 @@ fn a_poisoned_store_is_cut_on_close_never_below_the_committed_end() {
     check_file(&mut fs, 1, &kept, "after the reopen");
     fs.scrub().unwrap();
 }
+
+/// The durability sweep must not report data durable that it could not store: while segment
+/// writes fail, the change stays pending (and is retried); once they work, the next sweep makes
+/// it durable without any fsync.
+#[test]
+fn the_sweep_keeps_unstored_data_pending_and_stores_it_once_writes_work() {
+    let mut fs = pool();
+    fs.close();
+    fs.mount_with(presso_fs::vfs::VfsConfig {
+        flush_after: Duration::from_secs(3600),
+        sync_interval: Duration::from_millis(200),
+        ..sim::vfs_config()
+    })
+    .unwrap();
+    let sweeps = |vfs: &Vfs| {
+        vfs.pool()
+            .counters()
+            .durable_commits
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let vfs = fs.vfs().clone();
+    let start = sweeps(&vfs);
+    fs.dir.fail_writes(libc::EIO);
+    let data = pattern(15, CONFIG.recordsize / 2);
+    file_with(&mut fs, 1, &data);
+    // Only a sweep stores a partial record here.
+    wait_for("a sweep over the write", || {
+        fs.dir.io_stats().failed_writes > 0 && sweeps(&vfs) > start
+    });
+    let swept = sweeps(&vfs);
+    wait_for("the sweep to retry the record it could not store", || {
+        sweeps(&vfs) > swept
+    });
+    assert!(
+        vfs.durability_pending(),
+        "data that could not be stored is reported durable"
+    );
+    fs.dir.clear_faults();
+    wait_for("the sweep to store the data", || {
+        !vfs.durability_pending() && vfs.unstored().is_empty()
+    });
+    drop(vfs);
+    power_cut(&mut fs);
+    check_file(&mut fs, 1, &data, "after a power cut");
+}
+
+/// Polls `condition` (a bounded wait on background threads, not synchronisation between the
+/// test's own steps) until it holds, failing the test after [`DEADLINE`].
+fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !condition() {
+        assert!(start.elapsed() < DEADLINE, "waited {DEADLINE:?} for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
