@@ -243,6 +243,9 @@ fn a_failed_read_of_a_committed_record_fails_that_record_only() {
     }
     check_file(&mut fs, 2, &two, "another file");
     assert!(fs.dir.io_stats().failed_reads > 0);
+    // An I/O error is not damage in the pool: status must not count it as a corruption.
+    let corruptions = &vfs.pool().counters().corruptions;
+    assert_eq!(corruptions.load(std::sync::atomic::Ordering::Relaxed), 0);
 
     fs.dir.clear_faults();
     check_file(&mut fs, 1, &one, "once reads work");
@@ -423,4 +426,43 @@ fn wait_for(what: &str, mut condition: impl FnMut() -> bool) {
         assert!(start.elapsed() < DEADLINE, "waited {DEADLINE:?} for {what}");
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Writers wait while the record buffers are full; when records cannot be stored at all, no
+/// room will come, and a writer must get the error instead of waiting forever. What was written
+/// before stays, and is stored once writes work.
+#[test]
+fn writers_get_the_error_instead_of_waiting_when_nothing_can_be_stored() {
+    let rs = CONFIG.recordsize;
+    let mut fs = pool();
+    fs.close();
+    fs.mount_with(presso_fs::vfs::VfsConfig {
+        dirty_limit: 4 * rs as usize,
+        ..sim::vfs_config()
+    })
+    .unwrap();
+    fs.create(1, 1).unwrap();
+    let ino = fs.ino_of(1).unwrap();
+    fs.dir.fail_writes(libc::EIO);
+    let data = pattern(16, 16 * rs);
+    let chunks = data.clone();
+    let (written, result) = within(&mut fs, "writes with nothing stored", move |vfs| {
+        let mut written = 0;
+        for chunk in chunks.chunks(rs as usize) {
+            if let Err(e) = vfs.write(ino, written, chunk) {
+                return (written, Err(e));
+            }
+            written += chunk.len() as u64;
+        }
+        (written, Ok(()))
+    });
+    expect_eio(result, "writing past the buffer limit");
+    assert!(written < data.len() as u64);
+    let data = &data[..written as usize];
+    check_file(&mut fs, 1, data, "while writes fail");
+
+    fs.dir.clear_faults();
+    within(&mut fs, "fsync", move |vfs| vfs.fsync(ino)).expect("fsync once writes work");
+    power_cut(&mut fs);
+    check_file(&mut fs, 1, data, "after a power cut");
 }
