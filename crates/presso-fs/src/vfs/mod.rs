@@ -149,6 +149,7 @@ impl Vfs {
                 bytes: Mutex::new(0),
                 room: Condvar::new(),
                 limit: config.dirty_limit,
+                failing: Mutex::new(None),
             }),
             pool: pool.clone(),
             files: Mutex::new(HashMap::new()),

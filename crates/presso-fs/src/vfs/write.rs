@@ -23,7 +23,7 @@ impl Vfs {
             .checked_add(data.len() as u64)
             .filter(|&e| e <= i64::MAX as u64)
             .ok_or(FsError::FileTooLarge)?;
-        self.budget.wait_for_room();
+        self.budget.wait_for_room().map_err(FsError::Shared)?;
         let node = self.node(ino)?;
         let jobs = {
             let mut st = node.state.lock();
@@ -436,6 +436,10 @@ fn completed(
     encoded: &Encoded,
 ) {
     let (result, _pending) = pool.store_encoded(encoded);
+    if matches!(&result, Ok(Some(rec)) if rec.inline.is_none()) {
+        budget.store_worked();
+    }
+    let mut failed = None;
     let mut st = node.state.lock();
     st.inflight -= 1;
     let current = matches!(st.overlay.get(&index),
@@ -466,12 +470,17 @@ fn completed(
             );
             st.unstored.insert(index);
             st.store_error = Some(e.to_string());
-            st.error = Some(Arc::new(e));
+            let e = Arc::new(e);
+            st.error = Some(e.clone());
+            failed = Some(e);
         }
         Err(_) => budget.give(rs),
     }
     drop(st);
     node.changed.notify_all();
+    if let Some(e) = failed {
+        budget.store_failed(e);
+    }
 }
 
 /// Record `index` of `node` is stored as `rec` (`None`: a hole): the overlay holds it until its
