@@ -8,7 +8,10 @@
 //! succeeds after a failed segment fsync, which may have dropped the unsynced writes — and a
 //! reopen finds every byte an fsync reported durable, with a clean scrub.
 
+#[path = "../sim/mod.rs"]
 mod sim;
+
+mod random;
 
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -465,4 +468,46 @@ fn writers_get_the_error_instead_of_waiting_when_nothing_can_be_stored() {
     within(&mut fs, "fsync", move |vfs| vfs.fsync(ino)).expect("fsync once writes work");
     power_cut(&mut fs);
     check_file(&mut fs, 1, data, "after a power cut");
+}
+
+/// A write over two records whose second needs its old bytes (a partial overwrite) and cannot
+/// read them: the first record, already taken for compression, must still be stored, or every
+/// later fsync and the unmount wait for it forever.
+#[test]
+fn a_write_failing_midway_on_a_read_leaves_nothing_waiting() {
+    let rs = CONFIG.recordsize;
+    let mut fs = pool();
+    let old = pattern(17, 2 * rs);
+    file_with(&mut fs, 1, &old);
+    fs.fsync(1).unwrap();
+    fs.remount();
+    let ino = fs.ino_of(1).unwrap();
+    let rec = fs.vfs().pool().record(ino, 1).unwrap().expect("record 1");
+    let at = rec.offset + ENTRY_HEADER_LEN as u64;
+    fs.dir
+        .fail_reads_in(&segment_file_name(rec.segment), at..at + 1, libc::EIO);
+    // Record 0 whole (no read needed), then the first bytes of record 1 (a read needed).
+    let new = pattern(18, rs + 10);
+    let written = new.clone();
+    let result = within(&mut fs, "write", move |vfs| vfs.write(ino, 0, &written));
+    // Either a short write (what a disk error mid-write gives) or an error; nothing waits.
+    let done = match result {
+        Ok(n) => n as u64,
+        Err(e) => {
+            assert_eq!(e.errno(), libc::EIO, "{e}");
+            0
+        }
+    };
+    assert!(
+        done <= rs,
+        "wrote {done} bytes, past the record it could not read"
+    );
+    within(&mut fs, "fsync", move |vfs| vfs.fsync(ino)).expect("fsync");
+    fs.dir.clear_faults();
+    let mut expected = old.clone();
+    expected[..done as usize].copy_from_slice(&new[..done as usize]);
+    check_file(&mut fs, 1, &expected, "after the failed write");
+    power_cut(&mut fs);
+    check_file(&mut fs, 1, &expected, "after a power cut");
+    fs.scrub().unwrap();
 }
