@@ -108,17 +108,18 @@ fn run_round(seed: u64, steps: usize, tally: &mut Tally) {
                 let bytes = data(&mut rng, len);
                 let written = bytes.clone();
                 let result = within(&mut fs, "write", move |vfs| {
-                    vfs.write(ino, offset as u64, &written).map(|_| ())
+                    vfs.write(ino, offset as u64, &written)
                 });
                 let file = &mut files[id as usize];
                 file.durable = None;
                 match result {
-                    Ok(()) => {
+                    // Possibly short: a record it could not read ends it.
+                    Ok(n) => {
                         if let Some(c) = &mut file.contents {
-                            if c.len() < offset + len {
-                                c.resize(offset + len, 0);
+                            if c.len() < offset + n {
+                                c.resize(offset + n, 0);
                             }
-                            c[offset..offset + len].copy_from_slice(&bytes);
+                            c[offset..offset + n].copy_from_slice(&bytes[..n]);
                         }
                     }
                     Err(e) => {
