@@ -511,3 +511,57 @@ fn a_write_failing_midway_on_a_read_leaves_nothing_waiting() {
     check_file(&mut fs, 1, &expected, "after a power cut");
     fs.scrub().unwrap();
 }
+
+/// A record rewritten but not committed yet reads from its new frame; when that read fails, the
+/// answer is EIO, never the record's older committed version (which a read-modify-write would
+/// then write back over the new bytes).
+#[test]
+fn a_failed_read_of_an_uncommitted_record_never_returns_its_older_version() {
+    let rs = CONFIG.recordsize;
+    let mut fs = pool();
+    let old = pattern(19, 2 * rs);
+    file_with(&mut fs, 1, &old);
+    fs.fsync(1).unwrap();
+    fs.remount();
+    // The committed records are in the record cache now.
+    check_file(&mut fs, 1, &old, "before");
+    let ino = fs.ino_of(1).unwrap();
+    // Record 0 rewritten and stored, its commit held back.
+    fs.meta.fail_commits();
+    let new = pattern(20, rs);
+    fs.write(1, 0, &new).unwrap();
+    expect_eio(
+        within(&mut fs, "fsync", move |vfs| vfs.fsync(ino)),
+        "fsync under failing metadata commits",
+    );
+    fs.dir.fail_reads(libc::EIO);
+    let vfs = fs.vfs().clone();
+    match vfs.read(ino, 0, rs as u32) {
+        Err(e) => assert_eq!(e.errno(), libc::EIO, "{e}"),
+        Ok(got) => assert!(got[..] == new[..], "the read returned the older version"),
+    }
+    // A partial write into it must not be built on the older version either.
+    match vfs.write(ino, 10, b"partial") {
+        Err(e) => assert_eq!(e.errno(), libc::EIO, "{e}"),
+        Ok(_) => {
+            let mut expected = new.clone();
+            expected[10..17].copy_from_slice(b"partial");
+            fs.dir.clear_faults();
+            let got = vfs.read(ino, 0, rs as u32).unwrap();
+            assert!(
+                got[..] == expected[..],
+                "the write was built on the older version"
+            );
+        }
+    }
+    drop(vfs);
+    fs.dir.clear_faults();
+    fs.meta.clear_faults();
+    within(&mut fs, "fsync", move |vfs| vfs.fsync(ino)).expect("fsync once faults clear");
+    power_cut(&mut fs);
+    let got = fs.read(1, 0, rs).unwrap();
+    assert!(
+        got[17..] == new[17..],
+        "record 0 after the power cut holds older bytes"
+    );
+}

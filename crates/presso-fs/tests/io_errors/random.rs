@@ -53,7 +53,7 @@ fn data(rng: &mut StdRng, len: usize) -> Vec<u8> {
 
 /// Checks every file after a reopen: durable ones byte for byte, the others readable; the
 /// model then takes what the others hold.
-fn check(fs: &mut Fs, files: &mut [File], ctx: &str, tally: &mut Tally) {
+fn check(fs: &mut Fs, files: &mut [File], ctx: &str, log: &[String], tally: &mut Tally) {
     for (id, file) in files.iter_mut().enumerate() {
         let id = id as u64;
         let size = fs.size(id).unwrap_or_else(|e| panic!("{ctx}: f{id}: {e}"));
@@ -61,11 +61,14 @@ fn check(fs: &mut Fs, files: &mut [File], ctx: &str, tally: &mut Tally) {
             .read(id, 0, size)
             .unwrap_or_else(|e| panic!("{ctx}: reading f{id} after the reopen: {e}"));
         if let Some(durable) = &file.durable {
+            let first = (0..got.len().max(durable.len())).find(|&i| got.get(i) != durable.get(i));
             assert!(
-                got == *durable,
-                "{ctx}: f{id} lost bytes an fsync reported durable ({} bytes read, {} expected)",
+                first.is_none(),
+                "{ctx}: f{id} lost bytes an fsync reported durable ({} bytes read, {} expected, \
+                 first difference at {first:?}); the round so far:\n{}",
                 got.len(),
-                durable.len()
+                durable.len(),
+                log.join("\n")
             );
             tally.files_checked += 1;
         }
@@ -89,6 +92,7 @@ fn run_round(seed: u64, steps: usize, tally: &mut Tally) {
         fs.create(id as u8, id).unwrap();
     }
     let mut armed = Armed::default();
+    let mut log = Vec::new();
     for step in 0..steps {
         let ctx = format!("seed {seed} step {step}");
         tally.steps += 1;
@@ -110,6 +114,7 @@ fn run_round(seed: u64, steps: usize, tally: &mut Tally) {
                 let result = within(&mut fs, "write", move |vfs| {
                     vfs.write(ino, offset as u64, &written)
                 });
+                log.push(format!("{step}: write f{id} {offset}+{len}: {result:?}"));
                 let file = &mut files[id as usize];
                 file.durable = None;
                 match result {
@@ -129,7 +134,10 @@ fn run_round(seed: u64, steps: usize, tally: &mut Tally) {
                     }
                 }
             }
-            50..=69 => match within(&mut fs, "fsync", move |vfs| vfs.fsync(ino)) {
+            50..=69 => match within(&mut fs, "fsync", move |vfs| vfs.fsync(ino))
+                .inspect(|()| log.push(format!("{step}: fsync f{id}: ok")))
+                .inspect_err(|e| log.push(format!("{step}: fsync f{id}: {e}")))
+            {
                 Ok(()) => {
                     let file = &mut files[id as usize];
                     file.durable = file.contents.clone();
@@ -142,7 +150,9 @@ fn run_round(seed: u64, steps: usize, tally: &mut Tally) {
             70..=84 => {
                 tally.faults_armed += 1;
                 let steps = rng.gen_range(1..6);
-                match rng.gen_range(0..7) {
+                let kind = rng.gen_range(0..7);
+                log.push(format!("{step}: arm fault {kind} for {steps} steps"));
+                match kind {
                     0 => fs.dir.fail_next_write(libc::EIO),
                     1 => {
                         fs.dir.fail_writes(libc::EIO);
@@ -165,13 +175,16 @@ fn run_round(seed: u64, steps: usize, tally: &mut Tally) {
                 }
             }
             85..=94 => {
+                log.push(format!("{step}: clear faults"));
                 fs.dir.clear_faults();
                 fs.meta.clear_faults();
                 armed.steps_left = 0;
             }
             _ => {
                 // A clean unmount (faults may still be armed), then the pool opened again.
-                match unmount(&mut fs) {
+                let result = unmount(&mut fs);
+                log.push(format!("{step}: unmount: {result:?}"));
+                match result {
                     Ok(()) => {
                         tally.clean_unmounts += 1;
                         for file in files.iter_mut() {
@@ -191,6 +204,7 @@ fn run_round(seed: u64, steps: usize, tally: &mut Tally) {
                     &mut fs,
                     &mut files,
                     &format!("{ctx}, after the unmount"),
+                    &log,
                     tally,
                 );
                 continue;
@@ -200,6 +214,7 @@ fn run_round(seed: u64, steps: usize, tally: &mut Tally) {
             // Nothing commits any more: the unmount must say so, and the reopen must keep
             // everything an fsync reported durable.
             tally.poisoned_reopens += 1;
+            log.push(format!("{step}: the store is poisoned: unmount, reopen"));
             assert!(
                 unmount(&mut fs).is_err(),
                 "{ctx}: unmount of a poisoned pool reported success"
@@ -212,17 +227,20 @@ fn run_round(seed: u64, steps: usize, tally: &mut Tally) {
                 &mut fs,
                 &mut files,
                 &format!("{ctx}, after the poisoned pool"),
+                &log,
                 tally,
             );
         }
     }
     fs.dir.clear_faults();
     fs.meta.clear_faults();
+    log.push("power cut".to_string());
     power_cut(&mut fs);
     check(
         &mut fs,
         &mut files,
         &format!("seed {seed}, after the power cut"),
+        &log,
         tally,
     );
     tally.rounds += 1;
