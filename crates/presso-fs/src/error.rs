@@ -96,6 +96,17 @@ pub enum FsError {
     /// A control-socket request or reply that does not parse.
     #[error("{0}")]
     Control(String),
+    /// Data written to the file layer could not be stored in the pool (a full disk, an I/O
+    /// error): kept in memory while mounted, lost by an unmount, which reports this.
+    #[error("{bytes} bytes of {files} file(s) could not be stored in the pool: {reason}")]
+    Unstored {
+        /// Bytes of records not stored.
+        bytes: u64,
+        /// Files holding them.
+        files: usize,
+        /// Why the last attempt failed.
+        reason: String,
+    },
     /// The pool is closing: no more commits.
     #[error("the pool is closing")]
     Closing,
@@ -142,7 +153,7 @@ impl FsError {
             | FsError::PoolHeaderDamaged(_) => libc::EIO,
             FsError::Refused(_) => libc::EEXIST,
             FsError::NotEmpty(_) => libc::ENOTEMPTY,
-            FsError::Closing => libc::EIO,
+            FsError::Closing | FsError::Unstored { .. } => libc::EIO,
             FsError::Commit { source, .. } => source.errno(),
             FsError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
         }

@@ -53,8 +53,14 @@ pub enum MetaError {
     /// `SQLITE_CORRUPT` or `SQLITE_NOTADB`. The text is for logs only.
     #[error("metadata database is corrupt: {0}")]
     Corrupt(String),
-    /// Any other failure of the storage engine (`EIO`), such as an I/O error or an engine
-    /// invariant that does not hold. The text is for logs only.
+    /// The storage under the metadata failed a read, write or sync (`EIO`): SQLite's
+    /// `SQLITE_IOERR` when the OS did not say `ENOSPC`, or a fault injected into the memory
+    /// engine. The transaction was rolled back; a retry may succeed once the cause is gone.
+    /// The text is for logs only.
+    #[error("metadata I/O error: {0}")]
+    Io(String),
+    /// Any other failure of the storage engine (`EIO`), such as an engine invariant that does
+    /// not hold. The text is for logs only.
     #[error("metadata engine failure: {0}")]
     EngineFailure(String),
     /// The database holds no Presso metadata: the file is empty, or a database without the
@@ -89,6 +95,7 @@ impl MetaError {
             MetaError::TooManyLinks => libc::EMLINK,
             MetaError::Full => libc::ENOSPC,
             MetaError::Corrupt(_)
+            | MetaError::Io(_)
             | MetaError::EngineFailure(_)
             | MetaError::NotInitialized(_)
             | MetaError::SchemaTooNew { .. } => libc::EIO,

@@ -374,6 +374,7 @@ fn name_validation(s: &MetaStore) {
     assert_eq!(MetaError::ValueTooLarge.errno(), libc::E2BIG);
     assert_eq!(MetaError::EngineFailure("x".into()).errno(), libc::EIO);
     assert_eq!(MetaError::Corrupt("x".into()).errno(), libc::EIO);
+    assert_eq!(MetaError::Io("x".into()).errno(), libc::EIO);
     assert_eq!(MetaError::Full.errno(), libc::ENOSPC);
 }
 

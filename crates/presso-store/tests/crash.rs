@@ -20,6 +20,7 @@ struct Tally {
     removed_segments: u64,
     append_errors: u64,
     torn_discards: u64,
+    poisoned_reopens: u64,
 }
 
 struct Entry {
@@ -48,7 +49,7 @@ fn assert_no_partial_tail(sim: &SimDir, store: &Store) {
 fn check_after_reopen(
     store: &Store,
     model: &mut Vec<Entry>,
-    crashed: bool,
+    may_lose: bool,
     ctx: &str,
     tally: &mut Tally,
 ) {
@@ -74,7 +75,10 @@ fn check_after_reopen(
                 true
             }
             Err(StoreError::BadLocation { .. }) => {
-                assert!(crashed, "{ctx}: entry lost without a crash");
+                assert!(
+                    may_lose,
+                    "{ctx}: entry lost without a crash or a failed sync"
+                );
                 lost = true;
                 tally.lost += 1;
                 false
@@ -153,10 +157,12 @@ fn run_sequence(seed: u64, steps: usize, tally: &mut Tally) {
             },
             70..=77 => {
                 armed = true;
-                match rng.gen_range(0..4) {
+                match rng.gen_range(0..5) {
                     0 => sim.fail_next_write(libc::EIO),
                     1 => sim.fail_next_write(libc::ENOSPC),
                     2 => sim.fail_next_sync(libc::EIO),
+                    // What Linux may do: the failed sync drops the writes it did not make durable.
+                    3 => sim.fail_next_sync_forgetting(libc::EIO),
                     _ => sim.set_space_budget(Some(sim.used_bytes() + rng.gen_range(0..600))),
                 }
             }
@@ -201,12 +207,36 @@ fn run_sequence(seed: u64, steps: usize, tally: &mut Tally) {
                 }
             }
             _ => {
-                let crash = rng.gen_range(0..3);
-                drop(store.take());
+                let crash = rng.gen_range(0..4);
+                let s = store.take().expect("open");
+                if crash == 3 {
+                    // A clean close: everything synced, or (poisoned) cut back to the durable
+                    // end, never below it.
+                    match s.close() {
+                        Ok(()) => {
+                            assert!(!poisoned, "{ctx}: close of a poisoned store succeeded");
+                            for e in model.iter_mut() {
+                                e.synced = true;
+                            }
+                        }
+                        Err(StoreError::Failed { .. }) => assert!(poisoned, "{ctx}"),
+                        Err(e) => {
+                            assert!(armed, "{ctx}: unexpected {e}");
+                            poisoned = true;
+                        }
+                    }
+                }
+                drop(s);
                 match crash {
                     0 => sim.crash(),
                     1 => sim.crash_torn(&mut rng),
                     _ => {}
+                }
+                // A poisoned store loses its unsynced entries without a crash too: a failed
+                // sync may have dropped them, and its close cuts them off.
+                let may_lose = crash < 2 || poisoned;
+                if poisoned {
+                    tally.poisoned_reopens += 1;
                 }
                 sim.clear_faults();
                 armed = false;
@@ -217,7 +247,7 @@ fn run_sequence(seed: u64, steps: usize, tally: &mut Tally) {
                 if reopened.recovery().discarded_bytes > 0 {
                     tally.torn_discards += 1;
                 }
-                check_after_reopen(&reopened, &mut model, crash < 2, &ctx, tally);
+                check_after_reopen(&reopened, &mut model, may_lose, &ctx, tally);
                 store = Some(reopened);
             }
         }
@@ -244,7 +274,7 @@ fn crash_consistency_against_model() {
     assert!(
         tally.survived > 0 && tally.lost > 0 && tally.torn_discards > 0 && tally.append_errors > 0
     );
-    assert!(tally.rolls > 0 && tally.removed_segments > 0);
+    assert!(tally.rolls > 0 && tally.removed_segments > 0 && tally.poisoned_reopens > 0);
 }
 
 #[test]

@@ -34,6 +34,8 @@ pub(super) fn commit_loop(pool: std::sync::Weak<Pool>) {
         }
         if failed {
             if pool.store.is_failed() {
+                // Nothing commits until the pool is reopened: whoever waits must hear it.
+                pool.txgs.stop_failed();
                 return;
             }
             // Avoid a hot loop while the cause (a full disk) persists.

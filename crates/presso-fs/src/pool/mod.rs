@@ -434,8 +434,12 @@ impl Pool {
     ) -> Result<(Vec<u8>, FrameHeader)> {
         let frame = match &rec.inline {
             Some(frame) => frame.clone(),
-            None => self.store.read(location(rec)).inspect_err(|_| {
-                self.counters.corruptions.fetch_add(1, Ordering::Relaxed);
+            None => self.store.read(location(rec)).inspect_err(|e| {
+                // A host I/O error is not damage in the pool; anything else the store refuses
+                // (a damaged entry, a missing segment, a location outside it) is.
+                if !matches!(e, presso_store::StoreError::Io { .. }) {
+                    self.counters.corruptions.fetch_add(1, Ordering::Relaxed);
+                }
             })?,
         };
         match FrameHeader::parse(&frame) {

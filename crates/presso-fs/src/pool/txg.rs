@@ -61,6 +61,9 @@ struct State {
     shutdown: bool,
     /// Stopped without committing what is queued.
     halted: bool,
+    /// Stopped by this failure (of that group): nothing commits any more, and every commit
+    /// asked for gets it.
+    stopped: Option<(u64, Arc<FsError>)>,
 }
 
 /// The transaction groups of one pool.
@@ -106,6 +109,12 @@ impl Txgs {
         st.durable |= durable;
         self.changed.notify_all();
         while st.committed < target {
+            if let Some((group, error)) = &st.stopped {
+                return Err(FsError::Commit {
+                    group: *group,
+                    source: error.clone(),
+                });
+            }
             if st.shutdown {
                 return Err(FsError::Closing);
             }
@@ -158,7 +167,9 @@ impl Txgs {
 
     /// The outcome of committing `group`: on success its report goes out; on failure its ops go
     /// back in front of the queue, in order (the frames they name are appended, and applying
-    /// them later is still correct), and its waiters get the error.
+    /// them later is still correct), and its waiters get the error. A failure after
+    /// [`Txgs::shut_down`] stops the groups for good: a closing pool does not retry forever
+    /// (its close reports the failure, and the ops are lost with it).
     pub fn finish(&self, group: Group, result: Result<()>) {
         let mut st = self.state.lock();
         match result {
@@ -176,6 +187,10 @@ impl Txgs {
                 tags.append(&mut st.tags);
                 st.tags = tags;
                 st.error = Some((group.number, Arc::new(e)));
+                if st.shutdown {
+                    st.halted = true;
+                    st.stopped = st.error.clone();
+                }
             }
         }
         st.committed = group.number;
@@ -185,6 +200,21 @@ impl Txgs {
     /// No more groups after the queued ones: the thread stops once they are committed.
     pub fn shut_down(&self) {
         self.state.lock().shutdown = true;
+        self.changed.notify_all();
+    }
+
+    /// The commit thread stops because of the last failure (a failed segment sync, after which
+    /// nothing can commit until the pool is reopened): queued ops stay uncommitted, and every
+    /// commit waited for or asked for from now on fails with that failure instead of waiting.
+    pub fn stop_failed(&self) {
+        let mut st = self.state.lock();
+        st.halted = true;
+        let last = st.committed;
+        st.stopped = Some(
+            st.error
+                .clone()
+                .unwrap_or_else(|| (last, Arc::new(FsError::Closing))),
+        );
         self.changed.notify_all();
     }
 

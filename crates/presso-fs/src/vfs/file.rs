@@ -120,6 +120,9 @@ pub(super) struct Budget {
     pub(super) bytes: Mutex<usize>,
     pub(super) room: Condvar,
     pub(super) limit: usize,
+    /// The last failure to store a record, while no record was stored since: records that
+    /// cannot be stored keep their buffers, so room may never come.
+    pub(super) failing: Mutex<Option<Arc<FsError>>>,
 }
 
 impl Budget {
@@ -135,11 +138,31 @@ impl Budget {
         }
     }
 
-    pub(super) fn wait_for_room(&self) {
+    /// Waits until the buffers are under the limit. While they are full and storing records
+    /// fails, fails with that failure instead: the buffers may never empty (a disk returning
+    /// EIO, a store poisoned by a failed sync), and a writer must not wait forever.
+    pub(super) fn wait_for_room(&self) -> Result<(), Arc<FsError>> {
         let mut bytes = self.bytes.lock();
         while *bytes >= self.limit {
+            if let Some(error) = self.failing.lock().clone() {
+                return Err(error);
+            }
             self.room.wait(&mut bytes);
         }
+        Ok(())
+    }
+
+    /// Storing a record failed: writers waiting for room hear of it.
+    pub(super) fn store_failed(&self, error: Arc<FsError>) {
+        *self.failing.lock() = Some(error);
+        // Under the bytes lock: a writer between its check and its wait cannot miss this.
+        let _bytes = self.bytes.lock();
+        self.room.notify_all();
+    }
+
+    /// A record was stored in a segment: storing works (again).
+    pub(super) fn store_worked(&self) {
+        self.failing.lock().take();
     }
 }
 

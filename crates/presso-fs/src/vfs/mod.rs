@@ -151,6 +151,7 @@ impl Vfs {
                 bytes: Mutex::new(0),
                 room: Condvar::new(),
                 limit: config.dirty_limit,
+                failing: Mutex::new(None),
             }),
             pool: pool.clone(),
             files: Mutex::new(HashMap::new()),
@@ -360,10 +361,12 @@ impl Vfs {
         self.pool.unsynced().pending()
     }
 
-    /// Flushes everything, commits it durably and stops background work.
+    /// Flushes everything, commits it durably and stops background work. Fails if anything
+    /// could not be committed, or could not be stored at all ([`FsError::Unstored`]: that data
+    /// is lost with the file layer).
     pub fn shutdown(&self) -> Result<()> {
         self.stop_background();
-        let result = self.sync_all();
+        let result = self.sync_all().and_then(|()| self.all_stored());
         self.pool.close().and(result)
     }
 

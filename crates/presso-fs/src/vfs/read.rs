@@ -99,7 +99,9 @@ impl Vfs {
     }
 
     /// Decoded record `index` of `ino` via the cache; a frame moved by garbage collection is
-    /// looked up again once.
+    /// looked up again once. Only the same frame moved: a record rewritten since `rec` (or
+    /// `rec` itself newer than what is committed, from the overlay) is another version, and
+    /// answering with it would hand out, or write back, bytes that are not the record's.
     pub(super) fn load(&self, ino: u64, index: u64, rec: &RecordRef) -> Result<Bytes> {
         if rec.inline.is_some() {
             return self.pool.read_record(ino, index, rec);
@@ -112,7 +114,7 @@ impl Vfs {
         match attempt(rec) {
             Ok(data) => Ok(data),
             Err(first) => match self.pool.record(ino, index)? {
-                Some(now) if now != *rec => attempt(&now),
+                Some(now) if now != *rec && moved(rec, &now) => attempt(&now),
                 _ => Err(first),
             },
         }
@@ -184,4 +186,12 @@ impl Vfs {
 enum ReadSource {
     Bytes(Bytes),
     Zeros,
+}
+
+/// Whether `now` is the frame of `was` at another place (what a garbage collection move
+/// changes), rather than another version of the record.
+fn moved(was: &RecordRef, now: &RecordRef) -> bool {
+    now.inline.is_none()
+        && (now.checksum, now.stored_len, now.logical_len, now.codec)
+            == (was.checksum, was.stored_len, was.logical_len, was.codec)
 }

@@ -7,6 +7,8 @@
 //! engine's queues are waited for, every file's size is queued, and one durable commit follows
 //! (segment synced, then the metadata committed with `synchronous=FULL`). The other half of the
 //! interval is the sweep's own time. Nothing changed, nothing runs: an idle pool costs no sync.
+//! A sweep that could not commit, or left records it could not store (an I/O error, a full
+//! disk), failed: its changes stay pending and the next sweep retries them.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -19,7 +21,8 @@ use crate::pool::Unsynced;
 pub(super) fn sweeper(vfs: Weak<Vfs>, unsynced: Arc<Unsynced>, delay: Duration) {
     while unsynced.take_due(delay).is_some() {
         let Some(vfs) = vfs.upgrade() else { return };
-        let result = vfs.sync_all();
+        // Records that could not be stored are not durable: the sweep failed, and is retried.
+        let result = vfs.sync_all().and_then(|()| vfs.all_stored());
         if let Err(e) = &result {
             if !vfs.stopping.load(std::sync::atomic::Ordering::SeqCst) {
                 eprintln!("presso: durability sweep failed (retried): {e}");

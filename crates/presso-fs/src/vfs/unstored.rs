@@ -69,6 +69,20 @@ impl Vfs {
         out
     }
 
+    /// `Ok` when every record written is stored, else [`FsError::Unstored`] naming how much
+    /// is not.
+    pub fn all_stored(&self) -> Result<()> {
+        let unstored = self.unstored();
+        if unstored.is_empty() {
+            return Ok(());
+        }
+        Err(FsError::Unstored {
+            bytes: unstored.bytes,
+            files: unstored.files.len(),
+            reason: unstored.error.unwrap_or_else(|| "unknown".to_string()),
+        })
+    }
+
     /// Whether writes are refused for lack of space on the disk holding the pool.
     pub fn space_low(&self) -> bool {
         self.low_space.load(Ordering::Relaxed)

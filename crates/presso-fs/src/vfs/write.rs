@@ -7,7 +7,9 @@ impl Vfs {
     // ---- write path
 
     /// Writes `data` at `offset`. Returns once the bytes are in the file's record buffers;
-    /// compression and storage happen in the background.
+    /// compression and storage happen in the background. A record that cannot be read for a
+    /// partial overwrite (EIO) ends the write there: a short write if bytes before it were
+    /// written, else the error.
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<usize> {
         // Checked at every write, not only by the periodic tick: a fast writer would otherwise
         // fill the host file system before the next tick, leaving no room for the metadata, for
@@ -23,9 +25,9 @@ impl Vfs {
             .checked_add(data.len() as u64)
             .filter(|&e| e <= i64::MAX as u64)
             .ok_or(FsError::FileTooLarge)?;
-        self.budget.wait_for_room();
+        self.budget.wait_for_room().map_err(FsError::Shared)?;
         let node = self.node(ino)?;
-        let jobs = {
+        let (jobs, written) = {
             let mut st = node.state.lock();
             if let Some(error) = st.error.take() {
                 return Err(FsError::Deferred(error));
@@ -42,7 +44,13 @@ impl Vfs {
                 let within = (pos % rs) as usize;
                 let n = src.len().min(rs as usize - within);
                 let whole = within == 0 && n == rs as usize;
-                let buf = self.dirty_buffer(&node, &mut st, index, whole)?;
+                let buf = match self.dirty_buffer(&node, &mut st, index, whole) {
+                    Ok(buf) => buf,
+                    // The records taken for compression above must still be submitted, or
+                    // their slots stay Compressing and every fsync waits for them.
+                    Err(_) if pos > offset => break,
+                    Err(e) => return Err(e),
+                };
                 if buf.len() == within {
                     // Appending (the sequential case): no zero-fill before the copy.
                     buf.extend_from_slice(&src[..n]);
@@ -58,10 +66,10 @@ impl Vfs {
                 pos += n as u64;
                 src = &src[n..];
             }
-            st.size = st.size.max(end);
+            st.size = st.size.max(pos);
             st.mtime = Timespec::now();
             st.size_dirty = true;
-            jobs
+            (jobs, (pos - offset) as usize)
         };
         // Noted once the bytes are in the buffers: a sweep that took an earlier mark may have
         // missed them, and this mark makes the next one cover them.
@@ -69,8 +77,8 @@ impl Vfs {
         self.submit(&node, jobs);
         self.traffic
             .written
-            .fetch_add(data.len() as u64, Ordering::Relaxed);
-        Ok(data.len())
+            .fetch_add(written as u64, Ordering::Relaxed);
+        Ok(written)
     }
 
     /// The Dirty buffer of record `index`, created from its current contents (unless the caller
@@ -395,8 +403,8 @@ impl Vfs {
             let mut pos = offset;
             while pos < end.min(size) {
                 let n = (end.min(size) - pos).min(chunk.len() as u64) as usize;
-                self.write(ino, pos, &chunk[..n])?;
-                pos += n as u64;
+                // A short write (a record that cannot be read) fails at the next call.
+                pos += self.write(ino, pos, &chunk[..n])? as u64;
             }
         }
         if !keep_size && end > node.state.lock().size {
@@ -419,8 +427,11 @@ impl Vfs {
             if data.is_empty() {
                 break;
             }
-            self.write(to, dst + done, &data)?;
-            done += data.len() as u64;
+            let written = self.write(to, dst + done, &data)? as u64;
+            done += written;
+            if written < data.len() as u64 {
+                break;
+            }
         }
         Ok(done)
     }
@@ -436,6 +447,10 @@ fn completed(
     encoded: &Encoded,
 ) {
     let (result, _pending) = pool.store_encoded(encoded);
+    if matches!(&result, Ok(Some(rec)) if rec.inline.is_none()) {
+        budget.store_worked();
+    }
+    let mut failed = None;
     let mut st = node.state.lock();
     st.inflight -= 1;
     let current = matches!(st.overlay.get(&index),
@@ -466,12 +481,17 @@ fn completed(
             );
             st.unstored.insert(index);
             st.store_error = Some(e.to_string());
-            st.error = Some(Arc::new(e));
+            let e = Arc::new(e);
+            st.error = Some(e.clone());
+            failed = Some(e);
         }
         Err(_) => budget.give(rs),
     }
     drop(st);
     node.changed.notify_all();
+    if let Some(e) = failed {
+        budget.store_failed(e);
+    }
 }
 
 /// Record `index` of `node` is stored as `rec` (`None`: a hole): the overlay holds it until its

@@ -94,6 +94,7 @@ fn classify(e: rusqlite::Error, conn: Option<&Connection>) -> MetaError {
         Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => {
             MetaError::Corrupt(format!("sqlite: {e}"))
         }
+        Some(ErrorCode::SystemIoFailure) => MetaError::Io(format!("sqlite: {e}")),
         _ => MetaError::engine(format!("sqlite: {e}")),
     }
 }

@@ -166,7 +166,8 @@ fn failures_are_classified_by_result_code() {
     }
     // an I/O error is "full" only when the OS said ENOSPC, which it did not here
     let io = eng_on(&conn)(fail(rusqlite::ffi::SQLITE_IOERR));
-    assert!(matches!(io, MetaError::EngineFailure(_)), "{io:?}");
+    assert!(matches!(io, MetaError::Io(_)), "{io:?}");
+    assert_eq!(io.errno(), libc::EIO);
     assert!(matches!(
         eng(fail(rusqlite::ffi::SQLITE_BUSY)),
         MetaError::EngineFailure(_)

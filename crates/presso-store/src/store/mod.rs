@@ -410,10 +410,36 @@ impl Store {
     /// Makes everything durable, refuses appends from now on and releases the pool's lock, so
     /// the pool can be opened again (by this process or another) while this value still lives
     /// for readers that finish their work.
+    ///
+    /// A store poisoned by a failed sync instead cuts its open segment back to the durable
+    /// position (best effort) and reports the failure: the entries past it may or may not have
+    /// reached the disk, nothing committed names them, and the next open should not find them.
     pub fn close(&self) -> Result<()> {
         let result = self.sync().map(|_| ());
+        if self.is_failed() {
+            self.cut_to_durable();
+        }
         self.abandon();
         result
+    }
+
+    /// Cuts the open segment back to what the last successful sync covered. Never below it:
+    /// the metadata commits only entries a successful sync covered, so everything it names
+    /// stays. Errors are ignored: recovery at the next open cuts the same tail.
+    fn cut_to_durable(&self) {
+        let a = self.appender.lock();
+        let durable = *self.durable.lock();
+        let seg = a.current.clone();
+        let keep = match durable.segment.cmp(&seg.number) {
+            std::cmp::Ordering::Equal => durable.offset,
+            // Rolled since: the segment's header was synced when it was created, nothing after.
+            std::cmp::Ordering::Less => SEGMENT_HEADER_LEN,
+            std::cmp::Ordering::Greater => return,
+        };
+        let longer = seg.storage.len().is_ok_and(|len| len > keep);
+        if !longer || (seg.storage.set_len(keep).is_ok() && seg.storage.sync().is_ok()) {
+            seg.end.fetch_min(keep, Ordering::AcqRel);
+        }
     }
 
     /// Refuses appends from now on and releases the pool's lock without syncing anything: what

@@ -11,10 +11,11 @@
 //! [`StorageDir::lock`] is an in-memory flag shared by the clones of one `SimDir`: a second lock
 //! fails while the first is held, and dropping the lock or a crash releases it.
 //!
-//! Faults: [`SimDir::fail_next_write`] and [`SimDir::fail_next_sync`] make the next `write_at` or
-//! `sync` of any file fail with the given errno (`libc::EIO`, `libc::ENOSPC`, ...);
-//! [`SimDir::set_space_budget`] caps the total live bytes of all files: a write that would pass it
-//! writes what fits and then fails with ENOSPC.
+//! Faults (see [`faults`]): writes, syncs and reads that fail with a given errno (`libc::EIO`,
+//! `libc::ENOSPC`, ...), once or until cleared; a failed sync that also forgets the writes it
+//! did not make durable, as Linux may after a failed fsync; a space budget capping the total
+//! live bytes of all files (a write that would pass it writes what fits and then fails with
+//! ENOSPC). [`SimDir::io_stats`] counts the calls and the faults they hit.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -24,6 +25,11 @@ use parking_lot::Mutex;
 use rand::Rng;
 
 use crate::io::{DirLock, LockError, Storage, StorageDir};
+
+pub mod faults;
+
+use faults::Faults;
+pub use faults::IoStats;
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -60,14 +66,11 @@ struct SimState {
     files: BTreeMap<String, SimFile>,
     next_id: u64,
     generation: u64,
-    fail_write: Option<i32>,
-    fail_sync: Option<i32>,
-    budget: Option<u64>,
+    faults: Faults,
     /// Token of the lock holder.
     lock: Option<u64>,
     next_lock: u64,
-    writes: u64,
-    syncs: u64,
+    stats: IoStats,
 }
 
 impl SimState {
@@ -126,29 +129,6 @@ impl SimDir {
         st.after_crash();
     }
 
-    /// The next `write_at` of any file fails with `errno` (nothing is written).
-    pub fn fail_next_write(&self, errno: i32) {
-        self.state.lock().fail_write = Some(errno);
-    }
-
-    /// The next `sync` of any file fails with `errno` (nothing becomes durable).
-    pub fn fail_next_sync(&self, errno: i32) {
-        self.state.lock().fail_sync = Some(errno);
-    }
-
-    /// Caps the total live size of all files (`None`: unlimited).
-    pub fn set_space_budget(&self, bytes: Option<u64>) {
-        self.state.lock().budget = bytes;
-    }
-
-    /// Disarms all injected faults and lifts the space budget.
-    pub fn clear_faults(&self) {
-        let mut st = self.state.lock();
-        st.fail_write = None;
-        st.fail_sync = None;
-        st.budget = None;
-    }
-
     /// Total live bytes of all files.
     pub fn used_bytes(&self) -> u64 {
         self.state.lock().live_total()
@@ -177,20 +157,13 @@ impl SimDir {
     pub fn is_locked(&self) -> bool {
         self.state.lock().lock.is_some()
     }
-
-    /// Number of `write_at` and `sync` calls so far.
-    pub fn io_counts(&self) -> (u64, u64) {
-        let st = self.state.lock();
-        (st.writes, st.syncs)
-    }
 }
 
 impl SimState {
     fn after_crash(&mut self) {
         self.generation += 1;
         self.lock = None;
-        self.fail_write = None;
-        self.fail_sync = None;
+        self.faults.disarm();
     }
 }
 
@@ -239,6 +212,11 @@ impl Storage for SimStorage {
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.with_file(|st| {
+            st.stats.reads += 1;
+            if let Some(errno) = st.faults.read_error(&self.name, offset, buf.len() as u64) {
+                st.stats.failed_reads += 1;
+                return Err(io::Error::from_raw_os_error(errno));
+            }
             let live = &st.files[&self.name].live;
             let start = usize::try_from(offset).unwrap_or(usize::MAX);
             match start.checked_add(buf.len()) {
@@ -256,13 +234,14 @@ impl Storage for SimStorage {
 
     fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
         self.with_file(|st| {
-            st.writes += 1;
-            if let Some(errno) = st.fail_write.take() {
+            st.stats.writes += 1;
+            if let Some(errno) = st.faults.write_error() {
+                st.stats.failed_writes += 1;
                 return Err(io::Error::from_raw_os_error(errno));
             }
             let mut data = data;
             let mut result = Ok(());
-            if let Some(budget) = st.budget {
+            if let Some(budget) = st.faults.budget {
                 let cur = st.files[&self.name].live.len() as u64;
                 let grow = (offset + data.len() as u64).saturating_sub(cur);
                 let room = budget.saturating_sub(st.live_total());
@@ -287,8 +266,17 @@ impl Storage for SimStorage {
 
     fn sync(&self) -> io::Result<()> {
         self.with_file(|st| {
-            st.syncs += 1;
-            if let Some(errno) = st.fail_sync.take() {
+            st.stats.syncs += 1;
+            if let Some((errno, forget)) = st.faults.sync_error() {
+                st.stats.failed_syncs += 1;
+                if forget {
+                    // The kernel dropped the pages it could not write: what was not durable is
+                    // gone, from reads too, and a later sync has nothing left to fail on.
+                    let f = st.files.get_mut(&self.name).expect("checked");
+                    let dropped = std::mem::take(&mut f.pending).len() as u64;
+                    f.live = f.durable.clone();
+                    st.stats.forgotten_writes += dropped;
+                }
                 return Err(io::Error::from_raw_os_error(errno));
             }
             let f = st.files.get_mut(&self.name).expect("checked");
@@ -302,7 +290,7 @@ impl Storage for SimStorage {
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.with_file(|st| {
             let cur = st.files[&self.name].live.len() as u64;
-            if let Some(budget) = st.budget {
+            if let Some(budget) = st.faults.budget {
                 if len > cur && len - cur > budget.saturating_sub(st.live_total()) {
                     return Err(io::Error::from_raw_os_error(libc::ENOSPC));
                 }
@@ -384,7 +372,8 @@ impl StorageDir for SimDir {
     /// Known only under a space budget: the budget, and what of it is not used yet.
     fn space(&self) -> Option<(u64, u64)> {
         let st = self.state.lock();
-        st.budget
+        st.faults
+            .budget
             .map(|budget| (budget, budget.saturating_sub(st.live_total())))
     }
 

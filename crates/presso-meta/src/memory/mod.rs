@@ -11,6 +11,8 @@
 //! descriptors of a process that died. [`MemoryEngine::handle`] opens the same state again, as a
 //! restarted process reopens its database file.
 //!
+//! For error-handling tests, [`faults`] makes commits or reads fail as on a disk returning EIO.
+//!
 //! Two secondary indexes mirror what the SQLite engine keeps: non-inline records by
 //! (segment, offset) and the set of inodes with `nlink == 0`. Every change of an inode or record
 //! row, rollback included, goes through `State::set_inode` / `State::set_record`, which keep
@@ -25,6 +27,11 @@ use crate::engine::{
     CodecSpace, Dentry, InodeRow, MetaEngine, RecordLocation, RecordRef, SegmentUsage, Txn,
 };
 use crate::error::{MetaError, Result};
+
+pub mod faults;
+
+pub use faults::FaultStats;
+use faults::Faults;
 
 #[derive(Debug, Default, Clone)]
 struct State {
@@ -123,6 +130,8 @@ pub struct MemoryEngine {
     sim: Option<Arc<Simulation>>,
     /// The simulation's crash count when this handle was opened.
     generation: u64,
+    /// Injected faults, shared by every handle.
+    faults: Arc<Faults>,
 }
 
 /// What survives a simulated power cut.
@@ -153,6 +162,7 @@ impl MemoryEngine {
         MemoryEngine {
             state: self.state.clone(),
             sim: self.sim.clone(),
+            faults: self.faults.clone(),
             generation: self
                 .sim
                 .as_ref()
@@ -188,7 +198,7 @@ impl MemoryEngine {
 }
 
 impl MemoryEngine {
-    fn begin_write<'a>(&'a self, durable: Option<&'a Simulation>) -> Result<Box<dyn Txn + 'a>> {
+    fn begin_write(&self, durable: bool) -> Result<Box<dyn Txn + '_>> {
         self.check_alive()?;
         let guard = self.state.write().map_err(poisoned)?;
         Ok(Box::new(MemTxn {
@@ -196,6 +206,8 @@ impl MemoryEngine {
             undo: Vec::new(),
             committed: false,
             durable,
+            sim: if durable { self.sim.as_deref() } else { None },
+            faults: Some(&self.faults),
         }))
     }
 }
@@ -207,23 +219,26 @@ fn poisoned<T>(_: T) -> MetaError {
 impl MetaEngine for MemoryEngine {
     fn read(&self) -> Result<Box<dyn Txn + '_>> {
         self.check_alive()?;
+        self.faults.on_read()?;
         let guard = self.state.read().map_err(poisoned)?;
         Ok(Box::new(MemTxn {
             guard: Guard::Read(guard),
             undo: Vec::new(),
             committed: false,
-            durable: None,
+            durable: false,
+            sim: None,
+            faults: None,
         }))
     }
 
     fn write(&self) -> Result<Box<dyn Txn + '_>> {
-        self.begin_write(None)
+        self.begin_write(false)
     }
 
     /// Without the simulation nothing is ever durable and this is [`MetaEngine::write`]; with
     /// it, the state after the commit is what a later crash returns to.
     fn write_durable(&self) -> Result<Box<dyn Txn + '_>> {
-        self.begin_write(self.sim.as_deref())
+        self.begin_write(true)
     }
 }
 
@@ -236,8 +251,12 @@ struct MemTxn<'a> {
     guard: Guard<'a>,
     undo: Vec<Undo>,
     committed: bool,
-    /// Where a durable transaction records the state it commits.
-    durable: Option<&'a Simulation>,
+    /// Whether the commit must survive a power loss.
+    durable: bool,
+    /// Where a durable transaction records the state it commits (with the simulation).
+    sim: Option<&'a Simulation>,
+    /// The engine's injected faults (write transactions only).
+    faults: Option<&'a Faults>,
 }
 
 impl MemTxn<'_> {
@@ -526,9 +545,13 @@ impl Txn for MemTxn<'_> {
     }
 
     fn commit(mut self: Box<Self>) -> Result<()> {
+        if let Some(faults) = self.faults {
+            // Dropping `self` on the error rolls the transaction back.
+            faults.on_commit(self.durable)?;
+        }
         self.committed = true;
         self.undo.clear();
-        if let (Some(sim), Guard::Write(state)) = (self.durable, &self.guard) {
+        if let (Some(sim), Guard::Write(state)) = (self.sim, &self.guard) {
             *sim.durable.lock().unwrap_or_else(|e| e.into_inner()) = (**state).clone();
         }
         Ok(())
