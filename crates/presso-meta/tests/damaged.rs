@@ -42,7 +42,7 @@ impl Drop for TempDb {
 /// The engines under test: each builds a store with a file and a directory in the root (inodes
 /// 2 and 3), damages it with `damage` through the engine's primitives, and hands back the store
 /// as a later open sees it.
-fn on_each_engine(damage: impl Fn(&dyn MetaEngine), check: impl Fn(&str, &MetaStore)) {
+fn on_each_engine(damage: impl Fn(&dyn MetaEngine), check: impl Fn(&str, MetaStore)) {
     let populate = |store: &MetaStore| {
         store.init().unwrap();
         let f = store
@@ -57,7 +57,7 @@ fn on_each_engine(damage: impl Fn(&dyn MetaEngine), check: impl Fn(&str, &MetaSt
     let memory = MemoryEngine::new();
     populate(&MetaStore::new(Box::new(memory.handle())));
     damage(&memory);
-    check("memory", &MetaStore::new(Box::new(memory.handle())));
+    check("memory", MetaStore::new(Box::new(memory.handle())));
 
     let db = TempDb::new("sqlite");
     let store = MetaStore::create_sqlite(db.path()).unwrap();
@@ -68,7 +68,7 @@ fn on_each_engine(damage: impl Fn(&dyn MetaEngine), check: impl Fn(&str, &MetaSt
     damage(&engine);
     engine.close().unwrap();
     drop(engine);
-    check("sqlite", &MetaStore::open_sqlite(db.path()).unwrap());
+    check("sqlite", MetaStore::open_sqlite(db.path()).unwrap());
 }
 
 fn set_next_inode(engine: &dyn MetaEngine, value: u64) {
@@ -107,7 +107,7 @@ fn next_inode_counter_naming_an_inode_in_use_is_corrupt() {
     for value in [0, 1, 2, 3] {
         on_each_engine(
             |e| set_next_inode(e, value),
-            |engine, store| assert_create_refused(engine, store, &format!("next_inode={value}")),
+            |engine, store| assert_create_refused(engine, &store, &format!("next_inode={value}")),
         );
     }
 }
@@ -119,7 +119,7 @@ fn next_inode_counter_out_of_range_is_corrupt() {
     for value in [i64::MAX as u64, i64::MAX as u64 + 1, u64::MAX - 1, u64::MAX] {
         on_each_engine(
             |e| set_next_inode(e, value),
-            |engine, store| assert_create_refused(engine, store, &format!("next_inode={value}")),
+            |engine, store| assert_create_refused(engine, &store, &format!("next_inode={value}")),
         );
     }
 }
@@ -136,4 +136,49 @@ fn next_inode_counter_ahead_of_the_inodes_is_used() {
             assert_eq!(a.ino, 1000, "{engine}");
         },
     );
+}
+
+/// Runs `f` on its own thread and gives up after a minute, so a loop that never ends fails the
+/// test instead of hanging the suite.
+fn within_a_minute<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("still running after a minute: a loop over damaged parent pointers")
+}
+
+#[test]
+fn a_parent_pointer_cycle_is_corrupt_not_a_hang() {
+    // Directory 3 names itself as its parent: walking up from it never reaches the root.
+    let damage = |e: &dyn MetaEngine| {
+        let mut tx = e.write().unwrap();
+        let mut row = tx.get_inode(3).unwrap().unwrap();
+        row.parent = 3;
+        tx.put_inode(&row).unwrap();
+        tx.commit().unwrap();
+    };
+    let check = |engine: &str, store: MetaStore| {
+        let store = std::sync::Arc::new(store);
+        let moved = store
+            .make_node(ROOT_INO, b"m", &NewNode::dir(0o755, 0, 0))
+            .unwrap()
+            .ino;
+        // Moving a directory walks up from the destination to refuse a loop.
+        let err = within_a_minute({
+            let store = std::sync::Arc::clone(&store);
+            move || {
+                store
+                    .rename(ROOT_INO, b"m", 3, b"m", &|_| false)
+                    .unwrap_err()
+            }
+        });
+        assert!(matches!(err, MetaError::Corrupt(_)), "{engine}: {err:?}");
+        assert_eq!(store.lookup(ROOT_INO, b"m").unwrap().ino, moved, "{engine}");
+        // Property inheritance walks up too.
+        let err = store.get_prop_effective(3, "compression").unwrap_err();
+        assert!(matches!(err, MetaError::Corrupt(_)), "{engine}: {err:?}");
+    };
+    on_each_engine(damage, check);
 }
