@@ -182,3 +182,44 @@ fn a_parent_pointer_cycle_is_corrupt_not_a_hang() {
     };
     on_each_engine(damage, check);
 }
+
+/// Column values no build writes, put in with SQL on a closed database: a number out of its
+/// field's range, nanoseconds of a second or more, text where a number belongs.
+#[test]
+fn sqlite_values_out_of_range_are_corrupt() {
+    for (column, value) in [
+        ("mode", "-1"),
+        ("uid", "4294967296"),
+        ("nlink", "-5"),
+        ("mtime_ns", "1000000000"),
+        ("atime_ns", "-1"),
+        ("ctime_ns", "4294967296"),
+        ("kind", "'file'"),
+        ("size", "x'00'"),
+    ] {
+        let db = TempDb::new("values");
+        let store = MetaStore::create_sqlite(db.path()).unwrap();
+        store.init().unwrap();
+        let ino = store
+            .make_node(ROOT_INO, b"file", &NewNode::file(0o644, 0, 0))
+            .unwrap()
+            .ino;
+        store.close().unwrap();
+        drop(store);
+        let conn = rusqlite::Connection::open(db.path()).unwrap();
+        conn.execute(
+            &format!("UPDATE inodes SET {column} = {value} WHERE ino = {ino}"),
+            [],
+        )
+        .unwrap();
+        drop(conn);
+        let store = MetaStore::open_sqlite(db.path()).unwrap();
+        let err = store.getattr(ino).unwrap_err();
+        assert!(
+            matches!(err, MetaError::Corrupt(_)),
+            "{column} = {value}: {err:?}"
+        );
+        // The listing of the directory reads the entries, not the inode: it still works.
+        assert_eq!(store.readdir(ROOT_INO, None, 10).unwrap().len(), 1);
+    }
+}
