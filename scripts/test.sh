@@ -21,7 +21,7 @@ cargo clippy --workspace --all-targets -- -D warnings
 # The codec crate without its optional codecs: compiled-out codecs must still build and decode to
 # a clear "not built in" error.
 log=$(mktemp)
-trap 'rm -f "$log" "$log.bench"' EXIT
+trap 'rm -f "$log" "$log.bench" "$log.fuzz"' EXIT
 cargo test -p presso-codec --no-default-features --lib 2>&1 | tee -a "$log"
 cargo test --workspace 2>&1 | tee -a "$log"
 # The evaluation harness's own logic (parsing, metrics, reports, teardown on failure).
@@ -33,8 +33,22 @@ fuzz_seconds=${PRESSO_FUZZ_SECONDS:-30}
 if [ "$fuzz_seconds" -gt 0 ]; then
   if cargo +nightly --version >/dev/null 2>&1; then
     command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
-    for target in frame_decode segment_recovery; do
-      (cd fuzz && cargo +nightly fuzz run "$target" -- -max_total_time="$fuzz_seconds" 2>&1 | tail -n 3)
+    # Debug assertions on (-a), so an arithmetic overflow is a finding. One input running 10 s is a
+    # hang. -len_control=0 gives the file-shaped targets long inputs from the start. A target's
+    # last line is its run count; a finding prints the end of its log and fails the script.
+    for target in frame_decode segment_recovery pool_header segment_header_and_envelope metadata_pages; do
+      case "$target" in
+        frame_decode | pool_header) extra=() ;;
+        *) extra=(-len_control=0) ;;
+      esac
+      if (cd fuzz && cargo +nightly fuzz run -a "$target" -- -max_total_time="$fuzz_seconds" \
+        -timeout=10 "${extra[@]}" >"$log.fuzz" 2>&1); then
+        echo "fuzz $target: $(grep -E '^Done [0-9]+ runs' "$log.fuzz" | tail -n 1)"
+      else
+        tail -n 40 "$log.fuzz"
+        echo "fuzz $target: FAILED (the input is under fuzz/artifacts/$target/)" >&2
+        exit 1
+      fi
     done
   else
     echo "skipping the fuzzing run: it needs a nightly toolchain (rustup toolchain install nightly)"

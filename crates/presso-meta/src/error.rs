@@ -50,7 +50,9 @@ pub enum MetaError {
     #[error("the metadata database or the disk holding it is full")]
     Full,
     /// The database file is damaged or is not a database at all (`EIO`): SQLite's
-    /// `SQLITE_CORRUPT` or `SQLITE_NOTADB`. The text is for logs only.
+    /// `SQLITE_CORRUPT` or `SQLITE_NOTADB`, a stored value that does not fit its field, or rows
+    /// that break an invariant every build keeps (a next-inode counter naming an inode in use,
+    /// parent pointers that loop). The text is for logs only.
     #[error("metadata database is corrupt: {0}")]
     Corrupt(String),
     /// The storage under the metadata failed a read, write or sync (`EIO`): SQLite's

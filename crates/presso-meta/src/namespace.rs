@@ -40,9 +40,25 @@ pub(crate) fn dir(tx: &mut dyn Txn, ino: u64) -> Result<InodeRow> {
     Ok(row)
 }
 
-/// Hands out the next inode number (never reused, always above the root).
+/// Inode numbers stay below this, so that engines storing them as signed 64-bit integers keep
+/// their order.
+const INO_LIMIT: u64 = i64::MAX as u64;
+
+/// Hands out the next inode number (never reused, always above the root). The counter is read
+/// from the metadata: a value no correct build writes (at or past [`INO_LIMIT`], or the number of
+/// an inode that exists) is damage, and creating a node over it would replace that inode.
 fn alloc_ino(tx: &mut dyn Txn) -> Result<u64> {
     let next = tx.get_counter(COUNTER_NEXT_INODE)?.max(ROOT_INO + 1);
+    if next >= INO_LIMIT {
+        return Err(MetaError::Corrupt(format!(
+            "the next inode number {next} is out of range"
+        )));
+    }
+    if tx.get_inode(next)?.is_some() {
+        return Err(MetaError::Corrupt(format!(
+            "the next inode number {next} is already in use"
+        )));
+    }
     tx.set_counter(COUNTER_NEXT_INODE, next + 1)?;
     Ok(next)
 }

@@ -1,6 +1,8 @@
 //! ZFS-like properties: set directly on an inode (or the pool) and inherited along parent
 //! pointers.
 
+use std::collections::HashSet;
+
 use crate::engine::Txn;
 use crate::error::{MetaError, Result};
 use crate::namespace::inode;
@@ -55,7 +57,7 @@ impl MetaStore {
         self.read(|tx| {
             Self::check_prop_target(tx, ino, name)?;
             let mut cur = ino;
-            let mut steps = 0u32;
+            let mut seen = HashSet::new();
             while cur != POOL_INO {
                 if let Some(value) = tx.get_prop(cur, name)? {
                     return Ok(Some(EffectiveProp { value, source: cur }));
@@ -63,9 +65,10 @@ impl MetaStore {
                 if cur == ROOT_INO {
                     break;
                 }
-                steps += 1;
-                if steps > 1_000_000 {
-                    return Err(MetaError::Corrupt("parent pointer cycle".into()));
+                if !seen.insert(cur) {
+                    return Err(MetaError::Corrupt(format!(
+                        "the parent pointers above inode {ino} loop at {cur}"
+                    )));
                 }
                 cur = match tx.get_inode(cur)? {
                     Some(row) if row.parent != 0 => row.parent,

@@ -1,5 +1,7 @@
 //! Renames: POSIX replacement rules, loop detection, `RENAME_NOREPLACE` and `RENAME_EXCHANGE`.
 
+use std::collections::HashSet;
+
 use crate::engine::Txn;
 use crate::engine::{FileKind, Timespec};
 use crate::error::{MetaError, Result};
@@ -164,15 +166,22 @@ impl MetaStore {
 }
 
 /// Refuses to move directory `moved` into `new_parent` if that is `moved` or below it: walks up
-/// from the destination.
+/// from the destination. Parent pointers that never reach the root (damaged metadata) are
+/// [`MetaError::Corrupt`].
 fn refuse_loop(tx: &mut dyn Txn, moved: u64, new_parent: u64) -> Result<()> {
     let mut cur = new_parent;
+    let mut seen = HashSet::new();
     loop {
         if cur == moved {
             return Err(MetaError::CrossDirectoryLoop);
         }
         if cur == ROOT_INO || cur == 0 {
             return Ok(());
+        }
+        if !seen.insert(cur) {
+            return Err(MetaError::Corrupt(format!(
+                "the parent pointers above directory {new_parent} loop at {cur}"
+            )));
         }
         cur = dir(tx, cur)?.parent;
     }

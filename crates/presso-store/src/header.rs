@@ -10,6 +10,7 @@
 //! 36      4   creation nanos    u32, < 1_000_000_000
 //! 40      4   properties length u32 n, at most MAX_PROPERTIES_LEN
 //! 44      n   properties        UTF-8, one "key=value\n" line per property, sorted by key
+//!                               (byte order; a block out of order or with a key twice is refused)
 //! 44+n    4   CRC-32            u32, CRC-32 of bytes 0..44+n
 //! ```
 //!
@@ -225,6 +226,8 @@ impl PoolHeader {
         })?;
         let mut properties = BTreeMap::new();
         let mut pos = OFF_PROPS;
+        // Lines are sorted by key, so a header has exactly one encoding.
+        let mut previous: Option<&str> = None;
         for line in text.split_inclusive('\n') {
             let body = line
                 .strip_suffix('\n')
@@ -233,9 +236,20 @@ impl PoolHeader {
                 .split_once('=')
                 .ok_or_else(|| corrupt(pos, "property line without '='".to_string()))?;
             check_property(k, v).map_err(|e| corrupt(pos, e.to_string()))?;
-            if properties.insert(k.to_string(), v.to_string()).is_some() {
-                return Err(corrupt(pos, format!("property {k:?} appears twice")));
+            match previous {
+                Some(p) if p == k => {
+                    return Err(corrupt(pos, format!("property {k:?} appears twice")))
+                }
+                Some(p) if p > k => {
+                    return Err(corrupt(
+                        pos,
+                        format!("property {k:?} is out of order (after {p:?})"),
+                    ))
+                }
+                _ => {}
             }
+            previous = Some(k);
+            properties.insert(k.to_string(), v.to_string());
             pos += line.len();
         }
         let mut uuid = [0u8; 16];

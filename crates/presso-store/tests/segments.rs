@@ -302,3 +302,53 @@ fn disk_usage_counts_every_segment_file() {
             .sum::<u64>()
     );
 }
+
+/// A segment file shorter than its header (damage, kept as it is at open: sealed, or the last
+/// one with committed entries) holds no entry bytes: its scan, its stats and its live accounting
+/// say so instead of underflowing.
+#[test]
+fn a_segment_shorter_than_its_header_holds_no_entry_bytes() {
+    for last in [false, true] {
+        let (sim, store) = sim_store(1 << 20);
+        store.append(&payload(1, 100)).unwrap();
+        store.roll().unwrap();
+        store.append(&payload(2, 100)).unwrap();
+        store.sync().unwrap();
+        drop(store);
+        let short = if last { 2 } else { 1 };
+        let name = segment_file_name(short);
+        let bytes = sim.contents(&name).unwrap();
+        sim.set_contents(&name, &bytes[..10]);
+        let mut committed = Committed::default();
+        committed.ends.insert(2, bytes.len() as u64);
+        committed.highest_segment = 2;
+        let store = Store::open(Arc::new(sim.clone()), config(1 << 20), &committed).unwrap();
+        assert!(
+            store
+                .recovery()
+                .bad_headers
+                .iter()
+                .any(|(n, _)| *n == short),
+            "{:?}",
+            store.recovery()
+        );
+        let entries = store.entries(short).unwrap();
+        assert_eq!((entries.total_bytes, entries.entries.len()), (0, 0));
+        let stats = store.segment_stats(short).unwrap();
+        assert_eq!((stats.total_bytes, stats.dead_bytes), (0, 0));
+        assert!(store
+            .all_segment_stats()
+            .iter()
+            .all(|s| s.total_bytes < 1 << 20));
+        assert_eq!(store.live_fraction(short), Some(1.0));
+        store.set_live_bytes(short, 0).unwrap();
+        assert!(matches!(
+            store.set_live_bytes(short, 1),
+            Err(StoreError::LiveBytesTooLarge { .. })
+        ));
+        // The pool goes on.
+        let loc = store.append(b"after").unwrap();
+        store.sync().unwrap();
+        assert_eq!(store.read(loc).unwrap(), b"after");
+    }
+}

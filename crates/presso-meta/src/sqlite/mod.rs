@@ -71,7 +71,8 @@ pub struct SqliteOptions {
 }
 
 /// Classifies a SQLite failure by its result code (never by its message): full disk or page
-/// limit, damaged file, or anything else.
+/// limit, damaged file (also a stored value that does not convert to its field), or anything
+/// else.
 fn eng(e: rusqlite::Error) -> MetaError {
     classify(e, None)
 }
@@ -84,6 +85,15 @@ fn eng_on(conn: &Connection) -> impl Fn(rusqlite::Error) -> MetaError + '_ {
 
 fn classify(e: rusqlite::Error, conn: Option<&Connection>) -> MetaError {
     use rusqlite::ffi::ErrorCode;
+    // A stored value that does not fit its field: no build writes one, so the file is damaged.
+    if matches!(
+        e,
+        rusqlite::Error::IntegralValueOutOfRange(..)
+            | rusqlite::Error::InvalidColumnType(..)
+            | rusqlite::Error::FromSqlConversionFailure(..)
+    ) {
+        return MetaError::Corrupt(format!("sqlite: {e}"));
+    }
     match e.sqlite_error_code() {
         Some(ErrorCode::DiskFull) => MetaError::Full,
         Some(ErrorCode::SystemIoFailure)

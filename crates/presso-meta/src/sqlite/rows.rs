@@ -3,11 +3,18 @@
 use crate::engine::{FileKind, InodeRow, RecordLocation, RecordRef, Timespec};
 use crate::Attr;
 
-pub(super) fn ts(s: i64, ns: i64) -> Timespec {
-    Timespec {
-        secs: s,
-        nsec: ns as u32,
-    }
+/// The time in columns `secs` and `secs + 1` (seconds, nanoseconds). Nanoseconds outside
+/// `0..1_000_000_000` are a conversion failure (the database is damaged).
+pub(super) fn ts(r: &rusqlite::Row<'_>, secs: usize) -> rusqlite::Result<Timespec> {
+    let ns: i64 = r.get(secs + 1)?;
+    let nsec = u32::try_from(ns)
+        .ok()
+        .filter(|&n| n < 1_000_000_000)
+        .ok_or(rusqlite::Error::IntegralValueOutOfRange(secs + 1, ns))?;
+    Ok(Timespec {
+        secs: r.get(secs)?,
+        nsec,
+    })
 }
 
 pub(super) fn row_to_inode(r: &rusqlite::Row<'_>) -> rusqlite::Result<(InodeRow, u8)> {
@@ -22,9 +29,9 @@ pub(super) fn row_to_inode(r: &rusqlite::Row<'_>) -> rusqlite::Result<(InodeRow,
                 gid: r.get(4)?,
                 size: r.get::<_, i64>(5)? as u64,
                 nlink: r.get(6)?,
-                atime: ts(r.get(7)?, r.get(8)?),
-                mtime: ts(r.get(9)?, r.get(10)?),
-                ctime: ts(r.get(11)?, r.get(12)?),
+                atime: ts(r, 7)?,
+                mtime: ts(r, 9)?,
+                ctime: ts(r, 11)?,
                 rdev: r.get::<_, i64>(13)? as u64,
             },
             parent: r.get::<_, i64>(14)? as u64,

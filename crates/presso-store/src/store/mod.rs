@@ -29,7 +29,7 @@ mod open;
 mod segments;
 
 use open::{
-    create_segment, fix_tail, lock_dir, open_sealed_segment, read_pool_header,
+    create_segment, entry_bytes, fix_tail, lock_dir, open_sealed_segment, read_pool_header,
     recover_last_segment, stats_of, LastSegment,
 };
 

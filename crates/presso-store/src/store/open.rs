@@ -11,10 +11,16 @@ pub(super) fn lock_dir(dir: &dyn StorageDir) -> Result<DirLock> {
     })
 }
 
+/// Entry bytes of a segment whose entries end at `end`. A file shorter than its header (damage
+/// kept as it is at open) holds none.
+pub(super) fn entry_bytes(end: u64) -> u64 {
+    end.saturating_sub(SEGMENT_HEADER_LEN)
+}
+
 pub(super) fn stats_of(seg: &Segment) -> SegmentStats {
     SegmentStats {
         segment: seg.number,
-        total_bytes: seg.end.load(Ordering::Acquire) - SEGMENT_HEADER_LEN,
+        total_bytes: entry_bytes(seg.end.load(Ordering::Acquire)),
         dead_bytes: seg.dead.load(Ordering::Relaxed),
     }
 }

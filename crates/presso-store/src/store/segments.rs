@@ -141,7 +141,7 @@ impl Store {
             .map_err(|e| io_error(&seg.name, SEGMENT_HEADER_LEN, "read", e))?;
         Ok(SegmentEntries {
             segment,
-            total_bytes: end - SEGMENT_HEADER_LEN,
+            total_bytes: entry_bytes(end),
             entries: scan
                 .entries
                 .into_iter()
@@ -162,7 +162,7 @@ impl Store {
     /// More live bytes than the segment holds is [`StoreError::LiveBytesTooLarge`].
     pub fn set_live_bytes(&self, segment: u64, live_entry_bytes: u64) -> Result<()> {
         let seg = self.segment(segment)?;
-        let total = seg.end.load(Ordering::Acquire) - SEGMENT_HEADER_LEN;
+        let total = entry_bytes(seg.end.load(Ordering::Acquire));
         if live_entry_bytes > total {
             return Err(StoreError::LiveBytesTooLarge {
                 segment,
