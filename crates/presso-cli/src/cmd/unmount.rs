@@ -68,6 +68,20 @@ fn describe(lost: &Unstored) -> String {
     )
 }
 
+/// Unmounts `path` through fusermount3, or umount2 when that is missing or refuses; with `lazy`,
+/// detaches it now and lets it go once its last open file is closed. Whether it is gone.
+fn detach(path: &std::path::Path, lazy: bool) -> Result<bool> {
+    let flag = if lazy { "-uz" } else { "-u" };
+    let status = Command::new("fusermount3").arg(flag).arg(path).status();
+    if status.is_ok_and(|s| s.success()) {
+        return Ok(true);
+    }
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())?;
+    let flags = if lazy { libc::MNT_DETACH } else { 0 };
+    // SAFETY: `c` is a valid NUL-terminated path.
+    Ok(unsafe { libc::umount2(c.as_ptr(), flags) } == 0)
+}
+
 /// Runs `presso unmount`.
 pub fn run(args: UnmountArgs) -> Result<()> {
     let path = std::fs::canonicalize(&args.mountpoint)
@@ -110,14 +124,12 @@ pub fn run(args: UnmountArgs) -> Result<()> {
             path.display()
         );
     }
-    let status = Command::new("fusermount3").arg("-u").arg(&path).status();
-    let unmounted = match status {
-        Ok(s) if s.success() => true,
-        _ => {
-            let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())?;
-            // SAFETY: `c` is a valid NUL-terminated path.
-            unsafe { libc::umount2(c.as_ptr(), 0) == 0 }
-        }
+    let mut unmounted = detach(&path, false)?;
+    // A dead daemon serves nothing and holds nothing to flush: a file still open on its mount
+    // (which can only fail now) must not keep the mount point from being used again.
+    let detached_lazily = !unmounted && !daemon_alive && {
+        unmounted = detach(&path, true)?;
+        unmounted
     };
     if !unmounted {
         bail!(
@@ -146,8 +158,13 @@ pub fn run(args: UnmountArgs) -> Result<()> {
         );
     } else {
         println!(
-            "removed the dead mount {}: its daemon had stopped, so writes not fsynced before it died may be lost; the pool mounts again at its last commit",
-            path.display()
+            "removed the dead mount {}{}: its daemon had stopped, so writes not fsynced before it died may be lost; the pool mounts again at its last commit",
+            path.display(),
+            if detached_lazily {
+                " (detached: a file was still open on it, and reading it fails)"
+            } else {
+                ""
+            }
         );
     }
     Ok(())

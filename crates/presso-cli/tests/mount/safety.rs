@@ -218,6 +218,8 @@ fn a_mount_left_by_a_killed_daemon_is_named_and_removed() {
         .unwrap()
         .sync_all()
         .unwrap();
+    // A file still open when the daemon dies keeps its dead mount busy.
+    let still_open = std::fs::File::open(f.p("kept")).unwrap();
     // The lock file names the daemon holding the pool.
     let pid: i32 = std::fs::read_to_string(f.pool.join("presso.lock"))
         .unwrap()
@@ -242,6 +244,9 @@ fn a_mount_left_by_a_killed_daemon_is_named_and_removed() {
     assert!(err.contains("presso unmount"), "no way forward in: {err}");
     let out = exec(presso().arg("unmount").arg(&f.mnt)).ok();
     assert!(out.contains("dead mount"), "{out}");
+    assert!(out.contains("still open"), "{out}");
+    assert!(!is_mounted(&f.mnt));
+    drop(still_open);
     f.set_mounted(false);
     f.mount(&[]);
     assert_file_eq(&f.p("kept"), &data);
