@@ -36,7 +36,9 @@ pub mod store;
 pub use error::{Result, StoreError};
 pub use header::PoolHeader;
 pub use io::{DirLock, FsDir, FsStorage, LockError, LockWatch, Storage, StorageDir, LOCK_FILE};
-pub use segment::{DamagedEntry, EnvelopeError, ENTRY_HEADER_LEN};
+pub use segment::{
+    DamagedEntry, EntryFormat, EntryTag, EnvelopeError, ScannedEntry, ENTRY_HEADER_LEN,
+};
 pub use sim::{SimDir, SimStorage};
 pub use store::{
     Committed, Location, Position, RecoveryReport, SegmentEntries, SegmentStats, Store,

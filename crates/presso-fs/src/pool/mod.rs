@@ -28,12 +28,12 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use presso_codec::frame::FrameHeader;
 use presso_codec::{Encoded, Engine, EngineConfig, Offload};
 use presso_meta::{MetaStore, RecordRef, TxgOp, POOL_INO};
-use presso_store::{FsDir, Location, StorageDir, Store, StoreConfig};
+use presso_store::{EntryTag, FsDir, Location, StorageDir, Store, StoreConfig};
 
 use crate::error::{FsError, Result};
 use crate::props;
 
-mod checks;
+pub(crate) mod checks;
 mod committer;
 mod metacopy;
 mod namespace;
@@ -45,7 +45,7 @@ pub use metacopy::COPY_FILE;
 pub use opening::OpenReport;
 use opening::{missing_segments, refresh_live};
 
-pub use txg::{Committed, Group, OpTag, Txgs};
+pub use txg::{Committed, Group, OpTag, TxgHold, Txgs};
 pub use unsynced::Unsynced;
 
 /// Frames up to this many bytes are kept inline in the metadata instead of a segment (ZFS embeds
@@ -78,9 +78,12 @@ impl Default for PoolOptions {
     }
 }
 
-/// A frame appended but not yet named by a queued op: see [`Pool::store_encoded`].
+/// A frame appended but not yet named by a queued op: see [`Pool::store_encoded`]. It also
+/// holds the open transaction group open (after the gate, in that order: garbage collection
+/// waits for a commit while it holds the gate's write side).
 pub struct PendingFrame<'a> {
     _gate: RwLockReadGuard<'a, ()>,
+    _group: TxgHold<'a>,
 }
 
 /// Counters of the pool's own events (the engine keeps its own).
@@ -252,12 +255,13 @@ impl Pool {
         })
         .map_err(|e| FsError::EngineStart(e.to_string()))?;
 
+        let last_txg = meta.last_txg()?;
         let pool = Arc::new(Pool {
             store,
             meta,
             engine,
             options,
-            txgs: Txgs::default(),
+            txgs: Txgs::starting_after(last_txg),
             unsynced: Arc::default(),
             committer: Mutex::new(None),
             pending_frames: RwLock::new(()),
@@ -346,18 +350,47 @@ impl Pool {
         Ok(value)
     }
 
-    /// Stores a finished record: `None` for a hole, an inline reference for a tiny frame,
-    /// otherwise a reference to the frame appended to the open segment (durable only after the
-    /// next commit). Keep the returned [`PendingFrame`] until the op naming the frame is queued
-    /// (or the frame discarded): until then garbage collection does not remove segments.
+    /// Stores record `index` of file `ino` (whose record size is `record_size`): `None` for a
+    /// hole, an inline reference for a tiny frame, otherwise a reference to the frame appended
+    /// to the open segment (durable only after the next commit), its entry tagged with the
+    /// record and the number of the open group. Queue the op naming the frame before dropping
+    /// the returned [`PendingFrame`], which keeps that group open (so the tag names the group
+    /// the op commits in) and garbage collection from removing segments; and do not wait for a
+    /// commit meanwhile.
     pub fn store_encoded(
         &self,
         encoded: &Encoded,
+        ino: u64,
+        index: u64,
+        record_size: u32,
     ) -> (Result<Option<RecordRef>>, PendingFrame<'_>) {
-        let pending = PendingFrame {
-            _gate: self.pending_frames.read(),
+        self.store_tagged(&encoded.frame, &encoded.header, ino, index, record_size)
+    }
+
+    fn store_tagged(
+        &self,
+        frame: &[u8],
+        header: &FrameHeader,
+        ino: u64,
+        index: u64,
+        record_size: u32,
+    ) -> (Result<Option<RecordRef>>, PendingFrame<'_>) {
+        let gate = self.pending_frames.read();
+        let group = self.txgs.hold();
+        let tag = EntryTag {
+            ino,
+            index,
+            txg: group.number(),
+            record_size,
         };
-        (self.store_frame(encoded), pending)
+        let stored = self.store_frame_parts(frame, header, &tag);
+        (
+            stored,
+            PendingFrame {
+                _gate: gate,
+                _group: group,
+            },
+        )
     }
 
     /// Held by garbage collection while it decides which segments are empty and removes them:
@@ -370,19 +403,23 @@ impl Pool {
     /// record whose op must be queued before an op the caller queues next (see the file layer's
     /// trim of bytes a crash left past a file's size). Returns the record like
     /// [`Pool::store_encoded`].
-    pub fn store_raw(&self, data: &[u8]) -> (Result<Option<RecordRef>>, PendingFrame<'_>) {
-        let pending = PendingFrame {
-            _gate: self.pending_frames.read(),
-        };
+    pub fn store_raw(
+        &self,
+        data: &[u8],
+        ino: u64,
+        index: u64,
+        record_size: u32,
+    ) -> (Result<Option<RecordRef>>, PendingFrame<'_>) {
         let (frame, header) = presso_codec::frame::build_raw(&[data]);
-        (self.store_frame_parts(&frame, &header), pending)
+        self.store_tagged(&frame, &header, ino, index, record_size)
     }
 
-    fn store_frame(&self, encoded: &Encoded) -> Result<Option<RecordRef>> {
-        self.store_frame_parts(&encoded.frame, &encoded.header)
-    }
-
-    fn store_frame_parts(&self, frame: &[u8], header: &FrameHeader) -> Result<Option<RecordRef>> {
+    fn store_frame_parts(
+        &self,
+        frame: &[u8],
+        header: &FrameHeader,
+        tag: &EntryTag,
+    ) -> Result<Option<RecordRef>> {
         if header.hole {
             self.counters.holes.fetch_add(1, Ordering::Relaxed);
             return Ok(None);
@@ -400,7 +437,7 @@ impl Pool {
                 inline: Some(frame.to_vec()),
             }));
         }
-        let loc = self.store.append(frame)?;
+        let loc = self.store.append_tagged(frame, Some(tag))?;
         self.counters
             .frames_appended
             .fetch_add(1, Ordering::Relaxed);
@@ -418,7 +455,19 @@ impl Pool {
     /// Reads the frame `rec` refers to and checks it is the one the metadata recorded.
     pub fn read_frame(&self, ino: u64, index: u64, rec: &RecordRef) -> Result<Vec<u8>> {
         self.read_checked_frame(ino, index, rec)
-            .map(|(frame, _)| frame)
+            .map(|(frame, _, _)| frame)
+    }
+
+    /// [`Pool::read_frame`] with the tag its entry carries (`None` for inline frames and entries
+    /// written before entries were tagged).
+    pub fn read_frame_tagged(
+        &self,
+        ino: u64,
+        index: u64,
+        rec: &RecordRef,
+    ) -> Result<(Vec<u8>, Option<EntryTag>)> {
+        self.read_checked_frame(ino, index, rec)
+            .map(|(frame, _, tag)| (frame, tag))
     }
 
     /// [`Pool::read_frame`] with the frame's parsed header, so decoding does not parse it again.
@@ -427,16 +476,16 @@ impl Pool {
         ino: u64,
         index: u64,
         rec: &RecordRef,
-    ) -> Result<(Vec<u8>, FrameHeader)> {
-        let frame = match &rec.inline {
-            Some(frame) => frame.clone(),
-            None => self.store.read(location(rec)).inspect_err(|_| {
+    ) -> Result<(Vec<u8>, FrameHeader, Option<EntryTag>)> {
+        let (frame, tag) = match &rec.inline {
+            Some(frame) => (frame.clone(), None),
+            None => self.store.read_entry(location(rec)).inspect_err(|_| {
                 self.counters.corruptions.fetch_add(1, Ordering::Relaxed);
             })?,
         };
         match FrameHeader::parse(&frame) {
             Ok(h) if h.stored_hash == rec.checksum && h.logical_len == rec.logical_len => {
-                Ok((frame, h))
+                Ok((frame, h, tag))
             }
             Ok(_) => {
                 self.counters.corruptions.fetch_add(1, Ordering::Relaxed);
@@ -463,7 +512,7 @@ impl Pool {
     /// Reads and decodes record `index` of `ino` from `rec`, verifying every checksum.
     /// A record stored as-is is a view into the frame read from the store, not a copy.
     pub fn read_record(&self, ino: u64, index: u64, rec: &RecordRef) -> Result<Bytes> {
-        let (frame, header) = self.read_checked_frame(ino, index, rec)?;
+        let (frame, header, _) = self.read_checked_frame(ino, index, rec)?;
         let data = self
             .engine
             .decode_parsed_shared(&header, Bytes::from(frame))
@@ -550,12 +599,12 @@ impl Pool {
         }
     }
 
-    fn commit_group(&self, ops: &[TxgOp], durable: bool) -> Result<()> {
+    fn commit_group(&self, number: u64, ops: &[TxgOp], durable: bool) -> Result<()> {
         self.store.sync()?;
         if ops.is_empty() && !durable {
             return Ok(());
         }
-        let outcome = self.meta.apply_txg(ops, durable)?;
+        let outcome = self.meta.apply_txg_numbered(number, ops, durable)?;
         for rec in outcome.replaced.iter().chain(&outcome.not_applied) {
             self.discard(rec);
         }
