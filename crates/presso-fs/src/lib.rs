@@ -25,6 +25,7 @@ pub mod maintenance;
 pub mod pool;
 pub mod props;
 pub mod reclaim;
+pub mod recover;
 pub mod status;
 pub mod units;
 pub mod vfs;

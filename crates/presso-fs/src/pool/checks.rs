@@ -91,17 +91,25 @@ pub(super) fn unusable_metadata(pool: &Path, error: MetaError) -> FsError {
     with_copy_hint(pool, FsError::MetadataUnusable(reason))
 }
 
-/// Adds to a refusal of the metadata of the pool at `pool` where its own copy is, if it has one.
+/// Adds to a refusal of the metadata of the pool at `pool` how to rebuild it: `presso recover`,
+/// from the pool's own copy if it has one.
 pub(super) fn with_copy_hint(pool: &Path, error: FsError) -> FsError {
     match error {
         FsError::MetadataUnusable(reason) if pool.join(COPY_FILE).is_file() => {
             FsError::MetadataUnusable(format!(
-                "{reason}. The pool keeps its own copy of the metadata, {COPY_FILE} (as of its \
-                 last clean unmount, or a few minutes before it stopped): copying it over \
-                 {META_FILE} restores the files as they were then (what was written after it is \
-                 not in it)"
+                "{reason}. Run `presso recover {}`: it moves {META_FILE} aside and rebuilds it \
+                 from the pool's own copy of the metadata, {COPY_FILE} (as of its last clean \
+                 unmount, or a few minutes before it stopped), and the records written after \
+                 it; files whose names are not in the copy go to /lost+found",
+                pool.display()
             ))
         }
+        FsError::MetadataUnusable(reason) => FsError::MetadataUnusable(format!(
+            "{reason}. Run `presso recover {}`: it moves {META_FILE} aside and rebuilds it from \
+             the records in the pool's segments (the pool has no {COPY_FILE}, so every file \
+             goes to /lost+found, named by its inode number)",
+            pool.display()
+        )),
         other => other,
     }
 }
