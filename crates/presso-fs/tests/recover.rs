@@ -51,7 +51,14 @@ fn open(dir: &Path) -> Arc<Vfs> {
 /// Text-like bytes that compress, but never to a frame small enough to be kept inline.
 fn data(seed: u64, len: usize) -> Vec<u8> {
     let words: [&[u8]; 8] = [
-        b"segment ", b"record ", b"GATTACA ", b"txg ", b"inode ", b"42 ", b"\n", b"recover ",
+        b"segment ",
+        b"record ",
+        b"GATTACA ",
+        b"txg ",
+        b"inode ",
+        b"42 ",
+        b"\n",
+        b"recover ",
     ];
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut out = Vec::with_capacity(len + 16);
@@ -153,11 +160,12 @@ fn pool_newer_than_its_copy(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     let tail = data(12, 333_333);
     write_at(&vfs, b, 200_000, &tail);
     b_data.extend_from_slice(&tail);
+    // The first inode number after the copy's is a file's: lost+found must not take it.
+    let d_data = data(14, 77_777);
+    let d = create(&vfs, docs, "d.txt", &d_data);
     let new_dir = mkdir(&vfs, ROOT_INO, "new");
     let c_data = data(13, 400_000);
     let c = create(&vfs, new_dir, "c.txt", &c_data);
-    let d_data = data(14, 77_777);
-    let d = create(&vfs, docs, "d.txt", &d_data);
     kill(vfs);
 
     BTreeMap::from([
@@ -298,7 +306,11 @@ fn recover_refuses_a_pool_in_use_and_changes_nothing() {
     let err = recover(&dir.0, RecoverOptions { force: true }, &mut |_| {}).unwrap_err();
     assert!(matches!(err, FsError::Refused(_)), "{err}");
     assert!(err.to_string().contains("in use"), "{err}");
-    assert_eq!(snapshot(&dir.0), before, "a refused recovery changed the pool");
+    assert_eq!(
+        snapshot(&dir.0),
+        before,
+        "a refused recovery changed the pool"
+    );
     vfs.shutdown().unwrap();
 }
 
@@ -342,7 +354,10 @@ fn records_moved_by_gc_after_the_copy_are_found_again() {
     write_at(&vfs, f0, 0, &fresh);
     files.insert("/f0".to_string(), fresh);
     let gc = maintenance::gc(vfs.pool(), 1.0, &mut |_| {}).unwrap();
-    assert!(gc.segments_collected >= 1 && gc.records_moved >= 1, "{gc:?}");
+    assert!(
+        gc.segments_collected >= 1 && gc.records_moved >= 1,
+        "{gc:?}"
+    );
     kill(vfs);
     std::fs::write(dir.0.join("meta.db"), b"garbage, not a database").unwrap();
     let report = recover_ok(&dir.0);

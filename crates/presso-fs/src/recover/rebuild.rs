@@ -147,7 +147,7 @@ pub(super) fn apply(
             None => {
                 let dir = match lost_found {
                     Some(dir) => dir,
-                    None => *lost_found.insert(lost_found_dir(meta)?),
+                    None => *lost_found.insert(lost_found_dir(meta, found)?),
                 };
                 meta.make_node_numbered(
                     dir,
@@ -224,16 +224,25 @@ fn record_at(store: &Store, loc: Location) -> Result<Option<RecordRef>> {
     }))
 }
 
-/// `/lost+found`, made (mode 0700, owned by root) if missing.
-fn lost_found_dir(meta: &MetaStore) -> Result<u64> {
+/// `/lost+found`, made (mode 0700, owned by root) if missing. A new one is numbered above every
+/// inode the segments name: the starting metadata's next free number may be one of theirs (an
+/// inode made after the copy), and making it numbered moves the next free number above them all.
+fn lost_found_dir(meta: &MetaStore, found: &BTreeMap<(u64, u64), Found>) -> Result<u64> {
     match meta.lookup(ROOT_INO, LOST_FOUND.as_bytes()) {
         Ok(attr) if attr.kind == FileKind::Dir => Ok(attr.ino),
         Ok(_) => Err(FsError::Refused(format!(
             "/{LOST_FOUND} exists and is not a directory: rename it and run recover again"
         ))),
-        Err(MetaError::NotFound) => Ok(meta
-            .make_node(ROOT_INO, LOST_FOUND.as_bytes(), &NewNode::dir(0o700, 0, 0))?
-            .ino),
+        Err(MetaError::NotFound) => {
+            let mut ino = found.keys().map(|&(ino, _)| ino).max().unwrap_or(ROOT_INO) + 1;
+            while meta.getattr(ino).is_ok() {
+                ino += 1;
+            }
+            let dir = NewNode::dir(0o700, 0, 0);
+            Ok(meta
+                .make_node_numbered(ROOT_INO, LOST_FOUND.as_bytes(), &dir, ino)?
+                .ino)
+        }
         Err(e) => Err(e.into()),
     }
 }
