@@ -427,6 +427,12 @@ impl Pool {
         let stored_len = frame.len() as u32;
         if frame.len() <= INLINE_MAX {
             self.counters.frames_inline.fetch_add(1, Ordering::Relaxed);
+            // The metadata holds the record; the segments get a tagged copy for `presso
+            // recover` alone, dead from the start (garbage collection reclaims it). Writing it
+            // is best effort: the record does not depend on it.
+            if let Ok(loc) = self.store.append_tagged(frame, Some(tag)) {
+                let _ = self.store.mark_dead(loc);
+            }
             return Ok(Some(RecordRef {
                 segment: 0,
                 offset: 0,
