@@ -405,6 +405,36 @@ fn inline_records_written_after_the_copy_come_back() {
     vfs.shutdown().unwrap();
 }
 
+/// Records that became holes after the copy (zeros written over data, a file ending in zeros)
+/// come back as zeros, at the right size.
+#[test]
+fn holes_written_after_the_copy_come_back_as_zeros() {
+    let dir = temp_pool("holes");
+    let vfs = open(&dir.0);
+    let old = create(&vfs, ROOT_INO, "old", &data(60, 500_000));
+    vfs.shutdown().unwrap();
+    drop(vfs);
+    let vfs = open(&dir.0);
+    let mut old_data = data(60, 500_000);
+    // Record 1 (128 KiB to 256 KiB) zeroed whole: a hole replaces the copy's record.
+    let zeros = vec![0u8; 131_072];
+    write_at(&vfs, old, 131_072, &zeros);
+    old_data[131_072..262_144].fill(0);
+    let mut sparse = data(61, 100_000);
+    sparse.resize(100_000 + 400_000, 0);
+    let s = create(&vfs, ROOT_INO, "sparse", &sparse);
+    kill(vfs);
+    std::fs::write(dir.0.join("meta.db"), b"").unwrap();
+    recover_ok(&dir.0);
+    let vfs = open(&dir.0);
+    let expected = BTreeMap::from([
+        ("/old".to_string(), old_data),
+        (format!("/lost+found/{s}"), sparse),
+    ]);
+    assert_tree(&tree(&vfs), &expected);
+    vfs.shutdown().unwrap();
+}
+
 /// The trees are equal; a difference is shown by names and sizes, not bytes.
 fn assert_tree(got: &BTreeMap<String, Vec<u8>>, expected: &BTreeMap<String, Vec<u8>>) {
     let sizes = |t: &BTreeMap<String, Vec<u8>>| -> Vec<(String, usize)> {

@@ -422,17 +422,13 @@ impl Pool {
     ) -> Result<Option<RecordRef>> {
         if header.hole {
             self.counters.holes.fetch_add(1, Ordering::Relaxed);
+            self.journal(frame, tag);
             return Ok(None);
         }
         let stored_len = frame.len() as u32;
         if frame.len() <= INLINE_MAX {
             self.counters.frames_inline.fetch_add(1, Ordering::Relaxed);
-            // The metadata holds the record; the segments get a tagged copy for `presso
-            // recover` alone, dead from the start (garbage collection reclaims it). Writing it
-            // is best effort: the record does not depend on it.
-            if let Ok(loc) = self.store.append_tagged(frame, Some(tag)) {
-                let _ = self.store.mark_dead(loc);
-            }
+            self.journal(frame, tag);
             return Ok(Some(RecordRef {
                 segment: 0,
                 offset: 0,
@@ -456,6 +452,15 @@ impl Pool {
             checksum: header.stored_hash,
             inline: None,
         }))
+    }
+
+    /// Appends a tagged copy of a frame no record will name in a segment: a hole's (32 bytes)
+    /// or an inline record's. Only `presso recover` reads it, so it is dead from the start
+    /// (garbage collection reclaims it), and writing it is best effort.
+    fn journal(&self, frame: &[u8], tag: &EntryTag) {
+        if let Ok(loc) = self.store.append_tagged(frame, Some(tag)) {
+            let _ = self.store.mark_dead(loc);
+        }
     }
 
     /// Reads the frame `rec` refers to and checks it is the one the metadata recorded.

@@ -109,10 +109,13 @@ pub(super) fn apply(
         if !newer && !relocate {
             continue;
         }
-        let Some(rec) = record_at(store, f.loc)? else {
+        let Some((rec, hole)) = record_at(store, f.loc)? else {
             continue;
         };
         if relocate {
+            if hole {
+                continue;
+            }
             let same = current
                 .as_ref()
                 .is_some_and(|c| c.checksum == rec.checksum && c.logical_len == rec.logical_len);
@@ -166,7 +169,12 @@ pub(super) fn apply(
         e.1 = e.1.max(end);
         report.records_applied += 1;
         report.bytes_applied += u64::from(rec.logical_len);
-        ops.push(TxgOp::SetRecord { ino, index, rec });
+        // A record that became a hole is zeros of its logical length: no record at all.
+        ops.push(if hole {
+            TxgOp::ClearRecord { ino, index }
+        } else {
+            TxgOp::SetRecord { ino, index, rec }
+        });
         if ops.len() >= BATCH {
             meta.apply_txg_numbered(last_txg, &std::mem::take(&mut ops), false)?;
         }
@@ -202,9 +210,9 @@ pub(super) fn apply(
     Ok(())
 }
 
-/// The record the entry at `loc` holds, or `None` if it does not read back as a frame (the
-/// entry is then left out, like damage).
-fn record_at(store: &Store, loc: Location) -> Result<Option<RecordRef>> {
+/// The record the entry at `loc` holds and whether it is a hole (all zeros, no payload), or
+/// `None` if it does not read back as a frame (the entry is then left out, like damage).
+fn record_at(store: &Store, loc: Location) -> Result<Option<(RecordRef, bool)>> {
     let frame = match store.read(loc) {
         Ok(frame) => frame,
         Err(presso_store::StoreError::CorruptEntry { .. }) => return Ok(None),
@@ -213,7 +221,7 @@ fn record_at(store: &Store, loc: Location) -> Result<Option<RecordRef>> {
     let Ok(header) = FrameHeader::parse(&frame) else {
         return Ok(None);
     };
-    Ok(Some(RecordRef {
+    let rec = RecordRef {
         segment: loc.segment,
         offset: loc.offset,
         stored_len: loc.len,
@@ -221,7 +229,8 @@ fn record_at(store: &Store, loc: Location) -> Result<Option<RecordRef>> {
         codec: header.codec as u8,
         checksum: header.stored_hash,
         inline: None,
-    }))
+    };
+    Ok(Some((rec, header.hole)))
 }
 
 /// `/lost+found`, made (mode 0700, owned by root) if missing. A new one is numbered above every
