@@ -26,6 +26,7 @@
 
 #![deny(missing_docs)]
 
+pub mod envelope;
 pub mod error;
 pub mod header;
 pub mod io;
