@@ -4,12 +4,15 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use presso_store::segment::{decode_entry, scan_entries, scan_segment, SegmentHeader};
+use presso_store::segment::{
+    decode_entry, decode_entry_header, scan_entries, scan_segment, SegmentHeader,
+};
 use presso_store::{PoolHeader, SimDir, StorageDir};
 
-/// Length of the entry starting at `at`, from its envelope's length field.
+/// Length of the entry starting at `at`, from its envelope header (kept entries' headers verify).
 fn entry_len(data: &[u8], at: usize) -> usize {
-    16 + u32::from_le_bytes(data[at + 4..at + 8].try_into().unwrap()) as usize
+    let header = decode_entry_header(&data[at..]).expect("a kept entry's header verifies");
+    header.entry_len() as usize
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -40,7 +43,7 @@ fuzz_target!(|data: &[u8]| {
         let mut pieces: Vec<(u64, u64, bool)> = scan
             .entries
             .iter()
-            .map(|&(off, len)| (off, 16 + u64::from(len), true))
+            .map(|e| (e.offset, e.entry_len(), true))
             .chain(scan.damaged.iter().map(|d| (d.offset, d.len, false)))
             .collect();
         pieces.sort_unstable();

@@ -39,6 +39,7 @@ enum Command {
     Set(cmd::props::SetArgs),
     Gc(cmd::gc::GcArgs),
     Scrub(cmd::scrub::ScrubArgs),
+    Recover(cmd::recover::RecoverArgs),
     Bench(cmd::bench::BenchArgs),
 }
 
@@ -62,6 +63,7 @@ fn main() -> ExitCode {
             Command::Set(args) => cmd::props::set(args),
             Command::Gc(args) => cmd::gc::run(args),
             Command::Scrub(args) => cmd::scrub::run(args),
+            Command::Recover(args) => cmd::recover::run(args),
             Command::Bench(args) => cmd::bench::run(args),
         }
     };

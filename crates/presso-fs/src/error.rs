@@ -72,8 +72,8 @@ pub enum FsError {
     IncompletePool(String),
     /// The pool's metadata is missing, empty, damaged or another pool's; nothing was changed.
     #[error(
-        "{0}. Nothing in the pool was changed: restore meta.db from a backup of the pool \
-         (taken after a clean unmount, it is complete on its own)"
+        "{0}. Nothing in the pool was changed (a backup of meta.db taken after a clean \
+         unmount, which is complete on its own, also restores the pool)"
     )]
     MetadataUnusable(String),
     /// The pool header of a directory that holds a pool's other files does not decode; nothing

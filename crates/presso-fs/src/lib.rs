@@ -10,7 +10,8 @@
 //! - [`fuse`]: the `fuser` adapter; errno mapping happens only there ([`FsError::errno`]).
 //! - [`daemon`]: serving a mount until unmount or a signal; [`control`]: its socket.
 //! - [`maintenance`]: garbage collection and scrub; [`reclaim`]: collecting automatically while
-//!   mounted; [`status`]: what `presso status` shows.
+//!   mounted; [`status`]: what `presso status` shows; [`recover`]: rebuilding lost or damaged
+//!   metadata from the metadata copy and the self-describing segment entries.
 //! - [`props`]: the property table; [`units`]: sizes.
 //!
 //! The store and metadata crates do not know each other; this crate is where they meet, which is
@@ -26,6 +27,7 @@ pub mod maintenance;
 pub mod pool;
 pub mod props;
 pub mod reclaim;
+pub mod recover;
 pub mod status;
 pub mod units;
 pub mod vfs;

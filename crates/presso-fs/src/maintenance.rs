@@ -83,8 +83,20 @@ pub fn gc(pool: &Pool, min_live: f64, progress: &mut dyn FnMut(Progress)) -> Res
             continue;
         }
         for r in pool.meta().records_in_segment(seg.segment)? {
-            let frame = pool.read_frame(r.ino, r.index, &r.rec)?;
-            let loc = pool.store().append(&frame)?;
+            let (frame, tag) = pool.read_frame_tagged(r.ino, r.index, &r.rec)?;
+            // The copy keeps the tag of the frame it copies, txg included: a newer version of
+            // the record has a higher txg wherever it lies. A frame from before entries were
+            // tagged gets txg 0, older than every tagged one.
+            let tag = match tag {
+                Some(tag) => tag,
+                None => presso_store::EntryTag {
+                    ino: r.ino,
+                    index: r.index,
+                    txg: 0,
+                    record_size: record_size(pool, r.ino)?,
+                },
+            };
+            let loc = pool.store().append_tagged(&frame, Some(&tag))?;
             let mut moved = r.rec.clone();
             moved.segment = loc.segment;
             moved.offset = loc.offset;
@@ -121,6 +133,15 @@ pub fn gc(pool: &Pool, min_live: f64, progress: &mut dyn FnMut(Progress)) -> Res
     }
     progress(Progress { done: total, total });
     Ok(report)
+}
+
+/// The record size of file `ino` (its own, fixed at its first write; else the inherited one).
+fn record_size(pool: &Pool, ino: u64) -> Result<u32> {
+    let value = match pool.own_prop(ino, props::RECORDSIZE)? {
+        Some(v) => v,
+        None => pool.prop(ino, props::RECORDSIZE)?,
+    };
+    Ok(crate::units::parse_recordsize(&value).map_err(crate::error::FsError::Property)? as u32)
 }
 
 /// One damaged or dangling record found by scrub.

@@ -35,6 +35,9 @@ pub const POOL_INO: u64 = 0;
 
 /// Counter holding the next inode number to hand out.
 pub const COUNTER_NEXT_INODE: &str = "next_inode";
+/// Counter: the number of the last transaction group committed (see
+/// [`crate::MetaStore::apply_txg_numbered`]).
+pub const COUNTER_LAST_TXG: &str = "last_txg";
 /// Counter holding the sum of `logical_len` of all records.
 pub const COUNTER_LOGICAL: &str = "logical_bytes";
 /// Counter holding the sum of `stored_len` of all records.

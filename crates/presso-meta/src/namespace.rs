@@ -201,6 +201,32 @@ impl MetaStore {
     /// nodes, fifos and sockets only. In a set-group-ID directory the node gets the directory's
     /// group instead of `node.gid`, and a new directory the set-group-ID bit too.
     pub fn make_node(&self, parent: u64, name: &[u8], node: &NewNode) -> Result<Attr> {
+        self.make_node_as(parent, name, node, None)
+    }
+
+    /// [`MetaStore::make_node`] with inode number `ino` instead of the next free one, for
+    /// rebuilding lost metadata: the pool's segments name records by inode number. `ino` must be
+    /// above the root and not in use ([`MetaError::Exists`]); later inodes are numbered above it.
+    pub fn make_node_numbered(
+        &self,
+        parent: u64,
+        name: &[u8],
+        node: &NewNode,
+        ino: u64,
+    ) -> Result<Attr> {
+        if ino <= ROOT_INO || ino == u64::MAX {
+            return Err(MetaError::invalid("inode number out of range"));
+        }
+        self.make_node_as(parent, name, node, Some(ino))
+    }
+
+    fn make_node_as(
+        &self,
+        parent: u64,
+        name: &[u8],
+        node: &NewNode,
+        wanted: Option<u64>,
+    ) -> Result<Attr> {
         let target = check_node(node)?;
         check_name(name)?;
         self.write(|tx| {
@@ -209,7 +235,17 @@ impl MetaStore {
                 return Err(MetaError::Exists);
             }
             let now = Timespec::now();
-            let ino = alloc_ino(tx)?;
+            let ino = match wanted {
+                None => alloc_ino(tx)?,
+                Some(ino) => {
+                    if tx.get_inode(ino)?.is_some() {
+                        return Err(MetaError::Exists);
+                    }
+                    let next = tx.get_counter(COUNTER_NEXT_INODE)?;
+                    tx.set_counter(COUNTER_NEXT_INODE, next.max(ino + 1))?;
+                    ino
+                }
+            };
             let kind = node.kind;
             let is_dir = kind == FileKind::Dir;
             // A set-group-ID directory gives new nodes its group, and new directories the bit.

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use crate::accounting::Delta;
-use crate::engine::{FileKind, RecordRef, Txn};
+use crate::engine::{FileKind, RecordRef, Txn, COUNTER_LAST_TXG};
 use crate::error::{MetaError, Result};
 use crate::records::check_record;
 use crate::{MetaStore, TxgOp, TxgOutcome, RECORD_INDEX_LIMIT};
@@ -144,6 +144,22 @@ impl MetaStore {
     /// Fails without applying anything if an op is malformed (record index at or above
     /// [`RECORD_INDEX_LIMIT`], inline data whose length is not `stored_len`).
     pub fn apply_txg(&self, ops: &[TxgOp], durable: bool) -> Result<TxgOutcome> {
+        self.apply_group(None, ops, durable)
+    }
+
+    /// [`MetaStore::apply_txg`] for group `number` of the layer above: the same transaction also
+    /// records `number` as the last committed group ([`MetaStore::last_txg`]; it never goes
+    /// down), so group numbers go on from there after a restart.
+    pub fn apply_txg_numbered(
+        &self,
+        number: u64,
+        ops: &[TxgOp],
+        durable: bool,
+    ) -> Result<TxgOutcome> {
+        self.apply_group(Some(number), ops, durable)
+    }
+
+    fn apply_group(&self, number: Option<u64>, ops: &[TxgOp], durable: bool) -> Result<TxgOutcome> {
         for op in ops {
             check_txg_op(op)?;
         }
@@ -153,7 +169,17 @@ impl MetaStore {
             self.engine.write()?
         };
         let out = apply_ops(&mut *tx, ops)?;
+        if let Some(number) = number {
+            if number > tx.get_counter(COUNTER_LAST_TXG)? {
+                tx.set_counter(COUNTER_LAST_TXG, number)?;
+            }
+        }
         tx.commit()?;
         Ok(out)
+    }
+
+    /// The number of the last group committed with [`MetaStore::apply_txg_numbered`] (0 if none).
+    pub fn last_txg(&self) -> Result<u64> {
+        self.read(|tx| tx.get_counter(COUNTER_LAST_TXG))
     }
 }

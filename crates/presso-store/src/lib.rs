@@ -26,6 +26,7 @@
 
 #![deny(missing_docs)]
 
+pub mod envelope;
 pub mod error;
 pub mod header;
 pub mod io;
@@ -36,7 +37,9 @@ pub mod store;
 pub use error::{Result, StoreError};
 pub use header::PoolHeader;
 pub use io::{DirLock, FsDir, FsStorage, LockError, LockWatch, Storage, StorageDir, LOCK_FILE};
-pub use segment::{DamagedEntry, EnvelopeError, ENTRY_HEADER_LEN};
+pub use segment::{
+    DamagedEntry, EntryFormat, EntryTag, EnvelopeError, ScannedEntry, ENTRY_HEADER_LEN,
+};
 pub use sim::{IoStats, SimDir, SimStorage};
 pub use store::{
     Committed, Location, Position, RecoveryReport, SegmentEntries, SegmentStats, Store,

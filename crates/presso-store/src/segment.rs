@@ -5,7 +5,7 @@
 //! ```text
 //! offset size field
 //!  0      4   magic            b"PSEG"
-//!  4      2   version          u16, SEGMENT_VERSION (1)
+//!  4      2   version          u16, SEGMENT_VERSION (2; 1 in older pools)
 //!  6      2   reserved         0
 //!  8      8   segment number   u64, equal to the number in the file name
 //! 16     16   pool uuid        the pool header's uuid
@@ -14,20 +14,19 @@
 //! 40          first entry
 //! ```
 //!
-//! Entry (the envelope around one opaque payload, normally a codec frame):
-//! ```text
-//! offset size field
-//!  0      4   magic            b"PENT"
-//!  4      4   payload length   u32 n, at most MAX_PAYLOAD_LEN
-//!  8      4   payload CRC-32   u32, CRC-32 of the payload
-//! 12      4   header CRC-32    u32, CRC-32 of bytes 0..12
-//! 16      n   payload
-//! ```
+//! Entries follow the header back to back, in the envelope format the header's version names
+//! (see [`crate::envelope`]; 1: format 1, 2: format 2).
 //!
-//! docs/design.md mirrors both maps.
+//! docs/design.md mirrors these maps.
 
 use std::io;
 
+pub use crate::envelope::{
+    decode_entry, decode_entry_header, decode_tagged_entry, encode_entry, encode_entry_header,
+    encode_entry_header_v1, encode_entry_v1, encode_tagged_entry, EntryFormat, EntryHeader,
+    EntryTag, EnvelopeError, ENTRY_HEADER_LEN, ENTRY_MAGIC, ENTRY_V1_HEADER_LEN, MAX_PAYLOAD_LEN,
+    TAGGED_ENTRY_MAGIC,
+};
 use crate::error::Result;
 use crate::header::{u16_at, u32_at, u64_at};
 use crate::io::Storage;
@@ -36,128 +35,16 @@ use crate::StoreError;
 
 /// Magic of a segment header.
 pub const SEGMENT_MAGIC: [u8; 4] = *b"PSEG";
-/// Segment format version.
-pub const SEGMENT_VERSION: u16 = 1;
+/// Segment format version this build writes (2: its entries are of format 2).
+pub const SEGMENT_VERSION: u16 = 2;
 /// Length of the segment header; the first entry starts here.
 pub const SEGMENT_HEADER_LEN: u64 = 40;
-/// Magic of an entry envelope.
-pub const ENTRY_MAGIC: [u8; 4] = *b"PENT";
-/// Length of an entry envelope header.
-pub const ENTRY_HEADER_LEN: usize = 16;
-/// Largest payload of one entry (64 MiB; a frame is at most 16 MiB plus its header).
-pub const MAX_PAYLOAD_LEN: u32 = 64 << 20;
-
 const SEG_OFF_VERSION: usize = 4;
 const SEG_OFF_RESERVED: usize = 6;
 const SEG_OFF_NUMBER: usize = 8;
 const SEG_OFF_UUID: usize = 16;
 const SEG_OFF_CRC: usize = 32;
 const SEG_OFF_RESERVED2: usize = 36;
-
-const ENT_OFF_LEN: usize = 4;
-const ENT_OFF_PAYLOAD_CRC: usize = 8;
-const ENT_OFF_HEADER_CRC: usize = 12;
-
-/// Why an entry envelope does not verify. Offsets are relative to the entry's start.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EnvelopeError {
-    /// Fewer bytes than the envelope needs.
-    #[error("entry truncated: need {need} bytes, have {have}")]
-    Truncated {
-        /// Bytes needed.
-        need: u64,
-        /// Bytes available.
-        have: u64,
-    },
-    /// The magic is not `PENT`.
-    #[error("bad entry magic")]
-    BadMagic,
-    /// The envelope header's CRC-32 does not match.
-    #[error("entry header CRC-32 mismatch")]
-    BadHeaderCrc,
-    /// The declared payload length exceeds [`MAX_PAYLOAD_LEN`].
-    #[error("entry payload length {0} exceeds the maximum")]
-    TooLarge(u32),
-    /// The payload's CRC-32 does not match.
-    #[error("entry payload CRC-32 mismatch")]
-    BadPayloadCrc,
-    /// More bytes than the envelope declares.
-    #[error("{0} bytes after the entry's end")]
-    TrailingBytes(usize),
-}
-
-/// A verified envelope header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EntryHeader {
-    /// Payload length.
-    pub payload_len: u32,
-    /// CRC-32 of the payload.
-    pub payload_crc: u32,
-}
-
-/// The envelope header for `payload`. The payload must be at most [`MAX_PAYLOAD_LEN`] bytes.
-pub fn encode_entry_header(payload: &[u8]) -> [u8; ENTRY_HEADER_LEN] {
-    debug_assert!(payload.len() <= MAX_PAYLOAD_LEN as usize);
-    let mut h = [0u8; ENTRY_HEADER_LEN];
-    h[..4].copy_from_slice(&ENTRY_MAGIC);
-    h[ENT_OFF_LEN..ENT_OFF_LEN + 4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
-    h[ENT_OFF_PAYLOAD_CRC..ENT_OFF_PAYLOAD_CRC + 4]
-        .copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
-    let crc = crc32fast::hash(&h[..ENT_OFF_HEADER_CRC]);
-    h[ENT_OFF_HEADER_CRC..].copy_from_slice(&crc.to_le_bytes());
-    h
-}
-
-/// Verifies an envelope header (magic, header CRC, length limit).
-pub fn decode_entry_header(h: &[u8; ENTRY_HEADER_LEN]) -> Result<EntryHeader, EnvelopeError> {
-    if h[..4] != ENTRY_MAGIC {
-        return Err(EnvelopeError::BadMagic);
-    }
-    if u32_at(h, ENT_OFF_HEADER_CRC) != crc32fast::hash(&h[..ENT_OFF_HEADER_CRC]) {
-        return Err(EnvelopeError::BadHeaderCrc);
-    }
-    let payload_len = u32_at(h, ENT_OFF_LEN);
-    if payload_len > MAX_PAYLOAD_LEN {
-        return Err(EnvelopeError::TooLarge(payload_len));
-    }
-    Ok(EntryHeader {
-        payload_len,
-        payload_crc: u32_at(h, ENT_OFF_PAYLOAD_CRC),
-    })
-}
-
-/// A whole entry (envelope header and payload).
-pub fn encode_entry(payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(ENTRY_HEADER_LEN + payload.len());
-    out.extend_from_slice(&encode_entry_header(payload));
-    out.extend_from_slice(payload);
-    out
-}
-
-/// Verifies a whole entry, exactly (no trailing bytes), and returns its payload.
-pub fn decode_entry(bytes: &[u8]) -> Result<&[u8], EnvelopeError> {
-    let have = bytes.len() as u64;
-    let h: &[u8; ENTRY_HEADER_LEN] = bytes
-        .get(..ENTRY_HEADER_LEN)
-        .and_then(|h| h.try_into().ok())
-        .ok_or(EnvelopeError::Truncated {
-            need: ENTRY_HEADER_LEN as u64,
-            have,
-        })?;
-    let header = decode_entry_header(h)?;
-    let need = ENTRY_HEADER_LEN as u64 + u64::from(header.payload_len);
-    if have < need {
-        return Err(EnvelopeError::Truncated { need, have });
-    }
-    if have > need {
-        return Err(EnvelopeError::TrailingBytes((have - need) as usize));
-    }
-    let payload = &bytes[ENTRY_HEADER_LEN..];
-    if crc32fast::hash(payload) != header.payload_crc {
-        return Err(EnvelopeError::BadPayloadCrc);
-    }
-    Ok(payload)
-}
 
 /// A decoded segment header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,14 +53,26 @@ pub struct SegmentHeader {
     pub number: u64,
     /// The pool it belongs to.
     pub pool_uuid: [u8; 16],
+    /// Format version (1 or 2); names the format of the segment's entries
+    /// ([`EntryFormat::of_segment_version`]).
+    pub version: u16,
 }
 
 impl SegmentHeader {
+    /// The header of a new segment of this build's format.
+    pub fn new(number: u64, pool_uuid: [u8; 16]) -> Self {
+        Self {
+            number,
+            pool_uuid,
+            version: SEGMENT_VERSION,
+        }
+    }
+
     /// The header's bytes.
     pub fn encode(&self) -> [u8; SEGMENT_HEADER_LEN as usize] {
         let mut h = [0u8; SEGMENT_HEADER_LEN as usize];
         h[..4].copy_from_slice(&SEGMENT_MAGIC);
-        h[SEG_OFF_VERSION..SEG_OFF_VERSION + 2].copy_from_slice(&SEGMENT_VERSION.to_le_bytes());
+        h[SEG_OFF_VERSION..SEG_OFF_VERSION + 2].copy_from_slice(&self.version.to_le_bytes());
         h[SEG_OFF_NUMBER..SEG_OFF_NUMBER + 8].copy_from_slice(&self.number.to_le_bytes());
         h[SEG_OFF_UUID..SEG_OFF_UUID + 16].copy_from_slice(&self.pool_uuid);
         let crc = crc32fast::hash(&h[..SEG_OFF_CRC]);
@@ -198,7 +97,7 @@ impl SegmentHeader {
             return Err(corrupt(SEG_OFF_CRC, "segment header CRC-32 mismatch"));
         }
         let version = u16_at(h, SEG_OFF_VERSION);
-        if version != SEGMENT_VERSION {
+        if !(1..=SEGMENT_VERSION).contains(&version) {
             return Err(corrupt(SEG_OFF_VERSION, "unsupported segment version"));
         }
         if u16_at(h, SEG_OFF_RESERVED) != 0 || u32_at(h, SEG_OFF_RESERVED2) != 0 {
@@ -209,6 +108,7 @@ impl SegmentHeader {
         Ok(Self {
             number: u64_at(h, SEG_OFF_NUMBER),
             pool_uuid,
+            version,
         })
     }
 }
@@ -242,11 +142,12 @@ pub fn scan_segment(storage: &dyn Storage, start: u64) -> io::Result<ScanResult>
     let stop = loop {
         match probe(&mut win, pos)? {
             Probe::End => break None,
-            Probe::Valid(need) => {
-                pos += need;
+            Probe::Valid(header) => {
+                pos += header.entry_len();
                 entries += 1;
             }
-            Probe::BadPayload(need) => {
+            Probe::BadPayload(header) => {
+                let need = header.entry_len();
                 if !matches!(probe(&mut win, pos + need)?, Probe::Valid(_)) {
                     break Some((pos, EnvelopeError::BadPayloadCrc));
                 }
@@ -278,25 +179,45 @@ pub struct DamagedEntry {
     pub error: EnvelopeError,
 }
 
+/// One valid entry found by [`scan_entries`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScannedEntry {
+    /// Offset of its envelope.
+    pub offset: u64,
+    /// Its payload length.
+    pub len: u32,
+    /// Its envelope format.
+    pub format: EntryFormat,
+    /// The record it holds, if it says (format 2 record entries).
+    pub tag: Option<EntryTag>,
+}
+
+impl ScannedEntry {
+    /// Bytes of the whole entry, envelope included.
+    pub fn entry_len(&self) -> u64 {
+        self.format.header_len() as u64 + u64::from(self.len)
+    }
+}
+
 /// What [`scan_entries`] found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EntryScan {
-    /// Offset and payload length of every valid entry, in file order.
-    pub entries: Vec<(u64, u32)>,
+    /// Every valid entry, in file order.
+    pub entries: Vec<ScannedEntry>,
     /// Damaged stretches, in file order. Together with the entries they cover the scanned range
     /// exactly, without overlap.
     pub damaged: Vec<DamagedEntry>,
 }
 
 /// Verifies every entry from `start` to `end` (or to the end of the file, if shorter), listing
-/// the valid ones and the damage, for scrub and garbage collection. Unlike [`scan_segment`], it
-/// does not stop at damage: an entry whose envelope header verifies but whose payload does not
-/// is skipped by its length; after an envelope header that does not verify, the scan searches
-/// for the next position holding one that does (magic, header CRC-32, and a length that fits)
-/// and goes on there. A payload may itself hold a valid entry (a segment file stored in the
-/// file system, uncompressed), so an entry found by that search can lie inside a damaged
-/// entry's payload; such an entry is unreferenced and harmless. Never allocates more than the
-/// file holds.
+/// the valid ones (with their tags) and the damage, for scrub, garbage collection and recovery
+/// of lost metadata. Unlike [`scan_segment`], it does not stop at damage: an entry whose
+/// envelope header verifies but whose payload does not is skipped by its length; after an
+/// envelope header that does not verify, the scan searches for the next position holding one
+/// that does (magic, header CRC-32, and a length that fits) and goes on there. A payload may
+/// itself hold a valid entry (a segment file stored in the file system, uncompressed), so an
+/// entry found by that search can lie inside a damaged entry's payload; such an entry is
+/// unreferenced and harmless. Never allocates more than the file holds.
 pub fn scan_entries(storage: &dyn Storage, start: u64, end: u64) -> io::Result<EntryScan> {
     let end = end.min(storage.len()?);
     let mut win = Window::new(storage, end);
@@ -305,18 +226,22 @@ pub fn scan_entries(storage: &dyn Storage, start: u64, end: u64) -> io::Result<E
     loop {
         match probe(&mut win, pos)? {
             Probe::End => break,
-            Probe::Valid(need) => {
-                scan.entries
-                    .push((pos, (need - ENTRY_HEADER_LEN as u64) as u32));
-                pos += need;
+            Probe::Valid(header) => {
+                scan.entries.push(ScannedEntry {
+                    offset: pos,
+                    len: header.payload_len,
+                    format: header.format,
+                    tag: header.tag,
+                });
+                pos += header.entry_len();
             }
-            Probe::BadPayload(need) => {
+            Probe::BadPayload(header) => {
                 scan.damaged.push(DamagedEntry {
                     offset: pos,
-                    len: need,
+                    len: header.entry_len(),
                     error: EnvelopeError::BadPayloadCrc,
                 });
-                pos += need;
+                pos += header.entry_len();
             }
             Probe::Invalid(error) => {
                 let next = find_envelope(&mut win, pos + 1)?;
@@ -376,10 +301,10 @@ impl<'a> Window<'a> {
 enum Probe {
     /// The end of the scanned range.
     End,
-    /// A valid entry of this many bytes.
-    Valid(u64),
-    /// An entry of this many bytes whose envelope header verifies but whose payload does not.
-    BadPayload(u64),
+    /// A valid entry.
+    Valid(EntryHeader),
+    /// An entry whose envelope header verifies but whose payload does not.
+    BadPayload(EntryHeader),
     /// No verifiable envelope header (or one whose entry runs past the end).
     Invalid(EnvelopeError),
 }
@@ -389,57 +314,59 @@ fn probe(win: &mut Window<'_>, pos: u64) -> io::Result<Probe> {
     if left == 0 {
         return Ok(Probe::End);
     }
-    if left < ENTRY_HEADER_LEN as u64 {
-        return Ok(Probe::Invalid(EnvelopeError::Truncated {
-            need: ENTRY_HEADER_LEN as u64,
-            have: left,
-        }));
-    }
-    let mut h = [0u8; ENTRY_HEADER_LEN];
-    h.copy_from_slice(win.get(pos, ENTRY_HEADER_LEN)?);
-    let header = match decode_entry_header(&h) {
+    let avail = left.min(ENTRY_HEADER_LEN as u64) as usize;
+    let header = match decode_entry_header(win.get(pos, avail)?) {
         Ok(header) => header,
         Err(e) => return Ok(Probe::Invalid(e)),
     };
-    let need = ENTRY_HEADER_LEN as u64 + u64::from(header.payload_len);
+    let need = header.entry_len();
     if need > left {
         return Ok(Probe::Invalid(EnvelopeError::Truncated {
             need,
             have: left,
         }));
     }
-    let payload = win.get(pos + ENTRY_HEADER_LEN as u64, header.payload_len as usize)?;
+    let at = pos + header.format.header_len() as u64;
+    let payload = win.get(at, header.payload_len as usize)?;
     Ok(if crc32fast::hash(payload) == header.payload_crc {
-        Probe::Valid(need)
+        Probe::Valid(header)
     } else {
-        Probe::BadPayload(need)
+        Probe::BadPayload(header)
     })
 }
 
-/// The first position from `from` holding an envelope header that verifies and whose entry
-/// fits below the limit, or the limit if there is none.
+/// The first position from `from` holding an envelope header (of either format) that verifies
+/// and whose entry fits below the limit, or the limit if there is none.
 fn find_envelope(win: &mut Window<'_>, from: u64) -> io::Result<u64> {
     let limit = win.limit;
     let mut at = from;
-    while limit.saturating_sub(at) >= ENTRY_HEADER_LEN as u64 {
+    while limit.saturating_sub(at) >= ENTRY_V1_HEADER_LEN as u64 {
         let n = (limit - at).min(SCAN_CHUNK as u64) as usize;
+        let last = at + n as u64 == limit;
         let chunk = win.get(at, n)?;
-        for i in 0..=n - ENTRY_HEADER_LEN {
-            if chunk[i..i + ENTRY_MAGIC.len()] != ENTRY_MAGIC {
+        // Positions whose longest header could run past this chunk are checked with the next.
+        let check = if last {
+            n - ENTRY_V1_HEADER_LEN + 1
+        } else {
+            n - (ENTRY_HEADER_LEN - 1)
+        };
+        for i in 0..check {
+            let magic = &chunk[i..i + 4];
+            if magic != ENTRY_MAGIC && magic != TAGGED_ENTRY_MAGIC {
                 continue;
             }
-            let mut h = [0u8; ENTRY_HEADER_LEN];
-            h.copy_from_slice(&chunk[i..i + ENTRY_HEADER_LEN]);
-            if let Ok(header) = decode_entry_header(&h) {
+            let h = &chunk[i..(i + ENTRY_HEADER_LEN).min(n)];
+            if let Ok(header) = decode_entry_header(h) {
                 let candidate = at + i as u64;
-                let need = ENTRY_HEADER_LEN as u64 + u64::from(header.payload_len);
-                if need <= limit - candidate {
+                if header.entry_len() <= limit - candidate {
                     return Ok(candidate);
                 }
             }
         }
-        // The last ENTRY_HEADER_LEN - 1 positions of this chunk are checked with the next one.
-        at += (n - (ENTRY_HEADER_LEN - 1)) as u64;
+        if last {
+            break;
+        }
+        at += check as u64;
     }
     Ok(limit)
 }

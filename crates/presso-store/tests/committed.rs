@@ -31,7 +31,7 @@ fn five_entries(sim: &SimDir) -> Vec<Location> {
 
 fn committed_up_to(loc: &Location) -> Committed {
     Committed {
-        ends: BTreeMap::from([(loc.segment, loc.offset + loc.entry_len())]),
+        last_entries: BTreeMap::from([(loc.segment, *loc)]),
         highest_segment: loc.segment,
     }
 }
@@ -123,7 +123,7 @@ fn a_missing_segment_number_is_never_reused() {
     let sim = SimDir::new();
     let locs = five_entries(&sim);
     let committed = Committed {
-        ends: BTreeMap::from([(1, locs[4].offset + locs[4].entry_len())]),
+        last_entries: BTreeMap::from([(1, locs[4])]),
         highest_segment: 3,
     };
     let store = Store::open(Arc::new(sim.clone()), config(1 << 20), &committed).unwrap();

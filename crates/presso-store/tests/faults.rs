@@ -9,12 +9,13 @@ use std::sync::Arc;
 
 use common::{config, payload, sim_store};
 use presso_store::segment::{segment_file_name, SEGMENT_HEADER_LEN};
-use presso_store::{Committed, Store, StoreError};
+use presso_store::{Committed, Location, Store, StoreError};
 
-fn committed_to(segment: u64, end: u64) -> Committed {
+/// The metadata committed everything up to and including `last`.
+fn committed_through(last: &Location) -> Committed {
     Committed {
-        ends: BTreeMap::from([(segment, end)]),
-        highest_segment: segment,
+        last_entries: BTreeMap::from([(last.segment, *last)]),
+        highest_segment: last.segment,
     }
 }
 
@@ -117,7 +118,7 @@ fn after_a_sync_that_forgot_the_writes_no_sync_succeeds_again() {
     let store = Store::open(
         Arc::new(sim.clone()),
         config(1 << 20),
-        &committed_to(1, durable.offset),
+        &committed_through(&a),
     )
     .unwrap();
     assert_eq!(store.read(a).unwrap(), payload(1, 300));
@@ -152,7 +153,7 @@ fn closing_a_poisoned_store_cuts_back_to_the_durable_end_and_no_further() {
     let store = Store::open(
         Arc::new(sim.clone()),
         config(1 << 20),
-        &committed_to(1, durable.offset),
+        &committed_through(&a),
     )
     .unwrap();
     assert_eq!(store.recovery().discarded_bytes, 0);
@@ -185,7 +186,7 @@ fn closing_a_store_poisoned_after_a_roll_keeps_the_sealed_segment_whole() {
     let store = Store::open(
         Arc::new(sim.clone()),
         config(1 << 20),
-        &committed_to(1, a.offset + a.entry_len()),
+        &committed_through(&a),
     )
     .unwrap();
     assert_eq!(store.read(a).unwrap(), payload(1, 300));

@@ -201,7 +201,7 @@ proptest! {
         let mut bytes = if raw_header {
             Vec::new()
         } else {
-            SegmentHeader { number: 1, pool_uuid: uuid }.encode().to_vec()
+            SegmentHeader::new(1, uuid).encode().to_vec()
         };
         for c in &chunks {
             bytes.extend_from_slice(c);

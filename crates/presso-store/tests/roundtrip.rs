@@ -153,8 +153,8 @@ fn damaged_entry_names_segment_and_offset() {
 #[test]
 fn space_accounting() {
     let (_sim, store) = sim_store(1 << 20);
-    let a = store.append(&[1u8; 84]).unwrap();
-    let b = store.append(&[2u8; 284]).unwrap();
+    let a = store.append(&[1u8; 52]).unwrap();
+    let b = store.append(&[2u8; 252]).unwrap();
     let seg = a.segment;
     assert_eq!(store.live_fraction(seg), Some(1.0));
     let stats = store.segment_stats(seg).unwrap();

@@ -33,7 +33,7 @@ proptest! {
         flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<prop::sample::Index>(), 0u8..8), 0..4),
         garbage_tail in proptest::collection::vec(any::<u8>(), 0..40),
     ) {
-        let mut bytes = SegmentHeader { number: 1, pool_uuid: [7; 16] }.encode().to_vec();
+        let mut bytes = SegmentHeader::new(1, [7; 16]).encode().to_vec();
         let mut offsets = Vec::new();
         for (i, &n) in sizes.iter().enumerate() {
             offsets.push(bytes.len() as u64);
@@ -49,7 +49,7 @@ proptest! {
         }
         let (_sim, storage) = sim_segment(&bytes);
         let scan = scan_entries(storage.as_ref(), SEGMENT_HEADER_LEN, u64::MAX).unwrap();
-        let listed: Vec<u64> = scan.entries.iter().map(|&(off, _)| off).collect();
+        let listed: Vec<u64> = scan.entries.iter().map(|e| e.offset).collect();
         let mut all_intact = true;
         for (i, &off) in offsets.iter().enumerate() {
             // Compared by bytes: two flips of one bit cancel.
@@ -61,7 +61,7 @@ proptest! {
         let mut pieces: Vec<(u64, u64)> = scan
             .entries
             .iter()
-            .map(|&(off, len)| (off, ENTRY_HEADER_LEN as u64 + u64::from(len)))
+            .map(|e| (e.offset, e.entry_len()))
             .chain(scan.damaged.iter().map(|d| (d.offset, d.len)))
             .collect();
         pieces.sort_unstable();
@@ -82,9 +82,9 @@ proptest! {
     fn scan_entries_on_random_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..2000)) {
         let (_sim, storage) = sim_segment(&bytes);
         let scan = scan_entries(storage.as_ref(), 0, u64::MAX).unwrap();
-        for &(off, len) in &scan.entries {
-            let end = off as usize + ENTRY_HEADER_LEN + len as usize;
-            prop_assert!(decode_entry(&bytes[off as usize..end]).is_ok());
+        for e in &scan.entries {
+            let end = (e.offset + e.entry_len()) as usize;
+            prop_assert!(decode_entry(&bytes[e.offset as usize..end]).is_ok());
         }
     }
 }
@@ -98,7 +98,7 @@ fn scan_entries_searches_across_read_chunks() {
     bytes.extend_from_slice(&encode_entry(&payload(1, 5000)));
     let (_sim, storage) = sim_segment(&bytes);
     let scan = scan_entries(storage.as_ref(), SEGMENT_HEADER_LEN, u64::MAX).unwrap();
-    assert_eq!(scan.entries, vec![(off, 5000)]);
+    assert_eq!(offsets_and_lens(&scan), vec![(off, 5000)]);
     assert_eq!(
         scan.damaged,
         vec![DamagedEntry {
@@ -114,6 +114,10 @@ fn scan_entries_searches_across_read_chunks() {
         b.extend_from_slice(&encode_entry(b"found"));
         let (_sim, storage) = sim_segment(&b);
         let scan = scan_entries(storage.as_ref(), 0, u64::MAX).unwrap();
-        assert_eq!(scan.entries, vec![(off, 5)], "shift {shift}");
+        assert_eq!(offsets_and_lens(&scan), vec![(off, 5)], "shift {shift}");
     }
+}
+
+fn offsets_and_lens(scan: &presso_store::segment::EntryScan) -> Vec<(u64, u32)> {
+    scan.entries.iter().map(|e| (e.offset, e.len)).collect()
 }

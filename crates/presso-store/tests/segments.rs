@@ -240,8 +240,8 @@ fn entries_reports_damage_and_goes_on() {
 #[test]
 fn set_live_bytes_rebuilds_the_dead_count() {
     let (_sim, store) = sim_store(1 << 20);
-    let a = store.append(&[1u8; 84]).unwrap();
-    let b = store.append(&[2u8; 284]).unwrap();
+    let a = store.append(&[1u8; 52]).unwrap();
+    let b = store.append(&[2u8; 252]).unwrap();
     let total = a.entry_len() + b.entry_len();
     assert_eq!(total, 400);
     store.set_live_bytes(1, b.entry_len()).unwrap();
@@ -250,9 +250,11 @@ fn set_live_bytes_rebuilds_the_dead_count() {
     assert!((store.live_fraction(1).unwrap() - 0.75).abs() < 1e-9);
     // The caller's formula: payload bytes plus one envelope header per entry.
     store
-        .set_live_bytes(1, 84 + 284 + 2 * presso_store::ENTRY_HEADER_LEN as u64)
+        .set_live_bytes(1, 52 + 252 + 2 * presso_store::ENTRY_HEADER_LEN as u64)
         .unwrap();
     assert_eq!(store.segment_stats(1).unwrap().dead_bytes, 0);
+    store.set_live_records(1, 1, 252).unwrap();
+    assert_eq!(store.segment_stats(1).unwrap().dead_bytes, 100);
     store.set_live_bytes(1, 0).unwrap();
     assert_eq!(store.live_fraction(1), Some(0.0));
     match store.set_live_bytes(1, total + 1) {
@@ -312,7 +314,7 @@ fn a_segment_shorter_than_its_header_holds_no_entry_bytes() {
         let (sim, store) = sim_store(1 << 20);
         store.append(&payload(1, 100)).unwrap();
         store.roll().unwrap();
-        store.append(&payload(2, 100)).unwrap();
+        let second = store.append(&payload(2, 100)).unwrap();
         store.sync().unwrap();
         drop(store);
         let short = if last { 2 } else { 1 };
@@ -320,7 +322,7 @@ fn a_segment_shorter_than_its_header_holds_no_entry_bytes() {
         let bytes = sim.contents(&name).unwrap();
         sim.set_contents(&name, &bytes[..10]);
         let mut committed = Committed::default();
-        committed.ends.insert(2, bytes.len() as u64);
+        committed.last_entries.insert(2, second);
         committed.highest_segment = 2;
         let store = Store::open(Arc::new(sim.clone()), config(1 << 20), &committed).unwrap();
         assert!(

@@ -7,6 +7,7 @@ pub mod create;
 pub mod gc;
 pub mod mount;
 pub mod props;
+pub mod recover;
 pub mod request;
 pub mod scrub;
 pub mod status;

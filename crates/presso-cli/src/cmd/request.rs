@@ -12,25 +12,28 @@ use serde_json::Value;
 
 use super::target::Target;
 
+/// A progress bar in bytes named `label`, drawn on stderr when it is a terminal.
+pub fn progress_bar(label: &str) -> ProgressBar {
+    let bar = ProgressBar::new(0);
+    bar.set_draw_target(if std::io::stderr().is_terminal() {
+        ProgressDrawTarget::stderr()
+    } else {
+        ProgressDrawTarget::hidden()
+    });
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{msg} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec}, eta {eta})",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    bar.set_message(label.to_string());
+    bar
+}
+
 /// Runs `request` on `target`'s pool; `label` names the progress bar (`None`: no bar).
 pub fn run(target: &Target, request: Request, label: Option<&str>) -> Result<Value> {
-    let bar = label.map(|l| {
-        let bar = ProgressBar::new(0);
-        bar.set_draw_target(if std::io::stderr().is_terminal() {
-            ProgressDrawTarget::stderr()
-        } else {
-            ProgressDrawTarget::hidden()
-        });
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{msg} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec}, eta {eta})",
-            )
-            .expect("valid template")
-            .progress_chars("=> "),
-        );
-        bar.set_message(l.to_string());
-        bar
-    });
+    let bar = label.map(progress_bar);
     let mut on_progress = |p: Progress| {
         if let Some(bar) = &bar {
             bar.set_length(p.total);

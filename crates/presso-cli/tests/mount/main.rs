@@ -14,6 +14,7 @@ mod common;
 mod concurrency;
 mod data;
 mod durability;
+mod lost_metadata;
 mod mounting;
 mod namespace;
 mod privileges;

@@ -252,6 +252,16 @@ fn a_mount_left_by_a_killed_daemon_is_named_and_removed() {
     assert_file_eq(&f.p("kept"), &data);
 }
 
+/// The envelope header length of the entry at `at`: 48 bytes for format 2 (`PEN2`), which this
+/// build writes, 16 for format 1 (`PENT`).
+fn envelope_len(segment: &[u8], at: usize) -> usize {
+    if &segment[at..at + 4] == b"PEN2" {
+        48
+    } else {
+        16
+    }
+}
+
 /// Where the last entry of a segment file starts (following the envelopes' lengths).
 fn last_entry_offset(segment: &[u8]) -> usize {
     let mut at = 40;
@@ -259,7 +269,7 @@ fn last_entry_offset(segment: &[u8]) -> usize {
     while at + 16 <= segment.len() {
         let len = u32::from_le_bytes(segment[at + 4..at + 8].try_into().unwrap()) as usize;
         last = Some(at);
-        at += 16 + len;
+        at += envelope_len(segment, at) + len;
     }
     last.expect("the segment holds no entry")
 }
@@ -284,7 +294,8 @@ fn damage_in_the_last_committed_entry_costs_only_its_record() {
         .1;
     let segment = f.pool.join(last);
     let mut bytes = std::fs::read(&segment).unwrap();
-    let at = last_entry_offset(&bytes) + 16 + 10;
+    let last = last_entry_offset(&bytes);
+    let at = last + envelope_len(&bytes, last) + 10;
     bytes[at] ^= 0x5a;
     std::fs::write(&segment, &bytes).unwrap();
 

@@ -15,7 +15,7 @@ use super::META_FILE;
 use crate::error::{FsError, Result};
 
 /// The pool's identity as the metadata records it: the header's uuid in hex.
-pub(super) fn pool_id(header: &PoolHeader) -> String {
+pub(crate) fn pool_id(header: &PoolHeader) -> String {
     header.uuid.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -62,7 +62,7 @@ pub(super) fn check_creatable(path: &Path, beside_files: bool) -> Result<()> {
 /// Reads the pool header. One that does not decode in a directory holding a pool's other
 /// files (metadata, segments) is damage, and the error says how to recover; in any other
 /// directory it is "not a pool".
-pub(super) fn read_header(dir: &dyn StorageDir) -> Result<PoolHeader> {
+pub(crate) fn read_header(dir: &dyn StorageDir) -> Result<PoolHeader> {
     match Store::read_header(dir) {
         Err(e @ (StoreError::NotAPool { .. } | StoreError::Corrupt { .. })) => {
             let names = dir.list().unwrap_or_default();
@@ -91,23 +91,31 @@ pub(super) fn unusable_metadata(pool: &Path, error: MetaError) -> FsError {
     with_copy_hint(pool, FsError::MetadataUnusable(reason))
 }
 
-/// Adds to a refusal of the metadata of the pool at `pool` where its own copy is, if it has one.
+/// Adds to a refusal of the metadata of the pool at `pool` how to rebuild it: `presso recover`,
+/// from the pool's own copy if it has one.
 pub(super) fn with_copy_hint(pool: &Path, error: FsError) -> FsError {
     match error {
         FsError::MetadataUnusable(reason) if pool.join(COPY_FILE).is_file() => {
             FsError::MetadataUnusable(format!(
-                "{reason}. The pool keeps its own copy of the metadata, {COPY_FILE} (as of its \
-                 last clean unmount, or a few minutes before it stopped): copying it over \
-                 {META_FILE} restores the files as they were then (what was written after it is \
-                 not in it)"
+                "{reason}. Run `presso recover {}`: it moves {META_FILE} aside and rebuilds it \
+                 from the pool's own copy of the metadata, {COPY_FILE} (as of its last clean \
+                 unmount, or a few minutes before it stopped), and the records written after \
+                 it; files whose names are not in the copy go to /lost+found",
+                pool.display()
             ))
         }
+        FsError::MetadataUnusable(reason) => FsError::MetadataUnusable(format!(
+            "{reason}. Run `presso recover {}`: it moves {META_FILE} aside and rebuilds it from \
+             the records in the pool's segments (the pool has no {COPY_FILE}, so every file \
+             goes to /lost+found, named by its inode number)",
+            pool.display()
+        )),
         other => other,
     }
 }
 
 /// Refuses metadata that was never initialised or belongs to another pool. Reads only.
-pub(super) fn check_metadata(meta: &MetaStore, dir: &dyn StorageDir, id: &str) -> Result<()> {
+pub(crate) fn check_metadata(meta: &MetaStore, dir: &dyn StorageDir, id: &str) -> Result<()> {
     if !meta.is_initialized()? {
         return Err(FsError::MetadataUnusable(format!(
             "the metadata of {} is empty (it has no root directory)",
@@ -125,8 +133,8 @@ pub(super) fn check_metadata(meta: &MetaStore, dir: &dyn StorageDir, id: &str) -
 }
 
 /// What the metadata committed in the store, for its recovery: the highest segment committed
-/// records point into, and where the last committed entry of the last segment file ends (only
-/// that segment is scanned; every other one is durable in full).
+/// records point into, and the last committed entry of the last segment file (only that
+/// segment is scanned; every other one is durable in full).
 pub(super) fn committed(
     meta: &MetaStore,
     usage: &BTreeMap<u64, SegmentUsage>,
@@ -140,14 +148,15 @@ pub(super) fn committed(
         .list_segments()
         .map_err(|e| FsError::io(format!("cannot list {}", dir.describe()), e))?;
     if let Some(&last) = listed.last() {
-        if let Some(end) = meta
+        // Entries of one segment share one envelope length, so the last to end is the one at
+        // the highest offset with the longest payload there.
+        if let Some(loc) = meta
             .records_in_segment(last)?
             .iter()
             .map(|r| super::location(&r.rec))
-            .map(|loc| loc.offset + loc.entry_len())
-            .max()
+            .max_by_key(|loc| loc.offset + u64::from(loc.len))
         {
-            committed.ends.insert(last, end);
+            committed.last_entries.insert(last, loc);
         }
     }
     Ok(committed)

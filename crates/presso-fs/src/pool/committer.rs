@@ -18,7 +18,7 @@ pub(super) fn commit_loop(pool: std::sync::Weak<Pool>) {
         let Some(group) = pool.txgs.next_group(pool.options.txg_interval) else {
             return;
         };
-        let result = pool.commit_group(&group.ops, group.durable);
+        let result = pool.commit_group(group.number, &group.ops, group.durable);
         let failed = result.is_err();
         changed |= !failed && !group.ops.is_empty();
         pool.txgs.finish(group, result);

@@ -23,18 +23,17 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use presso_codec::frame::FrameHeader;
-use presso_codec::{Encoded, Engine, EngineConfig, Offload};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+use presso_codec::{Engine, EngineConfig, Offload};
 use presso_meta::{MetaStore, RecordRef, TxgOp, POOL_INO};
 use presso_store::{FsDir, Location, StorageDir, Store, StoreConfig};
 
 use crate::error::{FsError, Result};
 use crate::props;
 
-mod checks;
+pub(crate) mod checks;
 mod committer;
+mod frames;
 mod metacopy;
 mod namespace;
 mod opening;
@@ -45,7 +44,7 @@ pub use metacopy::COPY_FILE;
 pub use opening::OpenReport;
 use opening::{missing_segments, refresh_live};
 
-pub use txg::{Committed, Group, OpTag, Txgs};
+pub use txg::{Committed, Group, OpTag, TxgHold, Txgs};
 pub use unsynced::Unsynced;
 
 /// Frames up to this many bytes are kept inline in the metadata instead of a segment (ZFS embeds
@@ -78,9 +77,12 @@ impl Default for PoolOptions {
     }
 }
 
-/// A frame appended but not yet named by a queued op: see [`Pool::store_encoded`].
+/// A frame appended but not yet named by a queued op: see [`Pool::store_encoded`]. It also
+/// holds the open transaction group open (after the gate, in that order: garbage collection
+/// waits for a commit while it holds the gate's write side).
 pub struct PendingFrame<'a> {
     _gate: RwLockReadGuard<'a, ()>,
+    _group: TxgHold<'a>,
 }
 
 /// Counters of the pool's own events (the engine keeps its own).
@@ -256,12 +258,13 @@ impl Pool {
         })
         .map_err(|e| FsError::EngineStart(e.to_string()))?;
 
+        let last_txg = meta.last_txg()?;
         let pool = Arc::new(Pool {
             store,
             meta,
             engine,
             options,
-            txgs: Txgs::default(),
+            txgs: Txgs::starting_after(last_txg),
             unsynced: Arc::default(),
             committer: Mutex::new(None),
             pending_frames: RwLock::new(()),
@@ -350,164 +353,6 @@ impl Pool {
         Ok(value)
     }
 
-    /// Stores a finished record: `None` for a hole, an inline reference for a tiny frame,
-    /// otherwise a reference to the frame appended to the open segment (durable only after the
-    /// next commit). Keep the returned [`PendingFrame`] until the op naming the frame is queued
-    /// (or the frame discarded): until then garbage collection does not remove segments.
-    pub fn store_encoded(
-        &self,
-        encoded: &Encoded,
-    ) -> (Result<Option<RecordRef>>, PendingFrame<'_>) {
-        let pending = PendingFrame {
-            _gate: self.pending_frames.read(),
-        };
-        (self.store_frame(encoded), pending)
-    }
-
-    /// Held by garbage collection while it decides which segments are empty and removes them:
-    /// no frame is then between its append and the op that will name it.
-    pub fn frames_settled(&self) -> RwLockWriteGuard<'_, ()> {
-        self.pending_frames.write()
-    }
-
-    /// Stores `data` at once, on the caller's thread, as an uncompressed frame: for the rare
-    /// record whose op must be queued before an op the caller queues next (see the file layer's
-    /// trim of bytes a crash left past a file's size). Returns the record like
-    /// [`Pool::store_encoded`].
-    pub fn store_raw(&self, data: &[u8]) -> (Result<Option<RecordRef>>, PendingFrame<'_>) {
-        let pending = PendingFrame {
-            _gate: self.pending_frames.read(),
-        };
-        let (frame, header) = presso_codec::frame::build_raw(&[data]);
-        (self.store_frame_parts(&frame, &header), pending)
-    }
-
-    fn store_frame(&self, encoded: &Encoded) -> Result<Option<RecordRef>> {
-        self.store_frame_parts(&encoded.frame, &encoded.header)
-    }
-
-    fn store_frame_parts(&self, frame: &[u8], header: &FrameHeader) -> Result<Option<RecordRef>> {
-        if header.hole {
-            self.counters.holes.fetch_add(1, Ordering::Relaxed);
-            return Ok(None);
-        }
-        let stored_len = frame.len() as u32;
-        if frame.len() <= INLINE_MAX {
-            self.counters.frames_inline.fetch_add(1, Ordering::Relaxed);
-            return Ok(Some(RecordRef {
-                segment: 0,
-                offset: 0,
-                stored_len,
-                logical_len: header.logical_len,
-                codec: header.codec as u8,
-                checksum: header.stored_hash,
-                inline: Some(frame.to_vec()),
-            }));
-        }
-        let loc = self.store.append(frame)?;
-        self.counters
-            .frames_appended
-            .fetch_add(1, Ordering::Relaxed);
-        Ok(Some(RecordRef {
-            segment: loc.segment,
-            offset: loc.offset,
-            stored_len,
-            logical_len: header.logical_len,
-            codec: header.codec as u8,
-            checksum: header.stored_hash,
-            inline: None,
-        }))
-    }
-
-    /// Reads the frame `rec` refers to and checks it is the one the metadata recorded.
-    pub fn read_frame(&self, ino: u64, index: u64, rec: &RecordRef) -> Result<Vec<u8>> {
-        self.read_checked_frame(ino, index, rec)
-            .map(|(frame, _)| frame)
-    }
-
-    /// [`Pool::read_frame`] with the frame's parsed header, so decoding does not parse it again.
-    fn read_checked_frame(
-        &self,
-        ino: u64,
-        index: u64,
-        rec: &RecordRef,
-    ) -> Result<(Vec<u8>, FrameHeader)> {
-        let frame = match &rec.inline {
-            Some(frame) => frame.clone(),
-            None => self.store.read(location(rec)).inspect_err(|e| {
-                // A host I/O error is not damage in the pool; anything else the store refuses
-                // (a damaged entry, a missing segment, a location outside it) is.
-                if !matches!(e, presso_store::StoreError::Io { .. }) {
-                    self.counters.corruptions.fetch_add(1, Ordering::Relaxed);
-                }
-            })?,
-        };
-        match FrameHeader::parse(&frame) {
-            Ok(h) if h.stored_hash == rec.checksum && h.logical_len == rec.logical_len => {
-                Ok((frame, h))
-            }
-            Ok(_) => {
-                self.counters.corruptions.fetch_add(1, Ordering::Relaxed);
-                Err(FsError::Misdirected {
-                    ino,
-                    index,
-                    segment: rec.segment,
-                    offset: rec.offset,
-                })
-            }
-            Err(source) => {
-                self.counters.corruptions.fetch_add(1, Ordering::Relaxed);
-                Err(FsError::CorruptFrame {
-                    ino,
-                    index,
-                    segment: rec.segment,
-                    offset: rec.offset,
-                    source,
-                })
-            }
-        }
-    }
-
-    /// Reads and decodes record `index` of `ino` from `rec`, verifying every checksum.
-    /// A record stored as-is is a view into the frame read from the store, not a copy.
-    pub fn read_record(&self, ino: u64, index: u64, rec: &RecordRef) -> Result<Bytes> {
-        let cpu = presso_codec::stats::thread_cpu_time();
-        let (frame, header) = self.read_checked_frame(ino, index, rec)?;
-        let data = self
-            .engine
-            .decode_parsed_shared(&header, Bytes::from(frame))
-            .map_err(|source| {
-                self.counters.corruptions.fetch_add(1, Ordering::Relaxed);
-                FsError::CorruptFrame {
-                    ino,
-                    index,
-                    segment: rec.segment,
-                    offset: rec.offset,
-                    source,
-                }
-            })?;
-        self.counters.records_read.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .decoded_bytes
-            .fetch_add(data.len() as u64, Ordering::Relaxed);
-        let spent = presso_codec::stats::thread_cpu_time().saturating_sub(cpu);
-        self.counters
-            .decode_cpu_ns
-            .fetch_add(spent.as_nanos() as u64, Ordering::Relaxed);
-        Ok(data)
-    }
-
-    /// The compression and decoding work done since the pool opened.
-    pub fn work(&self) -> crate::lifetime::Work {
-        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        crate::lifetime::Work {
-            records_decoded: load(&self.counters.records_read),
-            decoded_bytes: load(&self.counters.decoded_bytes),
-            decode_cpu_ns: load(&self.counters.decode_cpu_ns),
-            ..crate::lifetime::Work::of_engine(&self.engine.stats())
-        }
-    }
-
     /// Recomputes every segment's live bytes from the metadata after committing what is queued.
     pub fn refresh_live(&self) -> Result<()> {
         self.commit(true)?;
@@ -577,12 +422,12 @@ impl Pool {
         }
     }
 
-    fn commit_group(&self, ops: &[TxgOp], durable: bool) -> Result<()> {
+    fn commit_group(&self, number: u64, ops: &[TxgOp], durable: bool) -> Result<()> {
         self.store.sync()?;
         if ops.is_empty() && !durable {
             return Ok(());
         }
-        let outcome = self.meta.apply_txg(ops, durable)?;
+        let outcome = self.meta.apply_txg_numbered(number, ops, durable)?;
         for rec in outcome.replaced.iter().chain(&outcome.not_applied) {
             self.discard(rec);
         }

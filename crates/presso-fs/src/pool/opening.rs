@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use presso_meta::{MetaStore, SegmentUsage};
-use presso_store::{Store, ENTRY_HEADER_LEN};
+use presso_store::Store;
 
 use crate::error::Result;
 
@@ -49,10 +49,10 @@ pub(super) fn missing_segments(store: &Store, usage: &BTreeMap<u64, SegmentUsage
 pub(super) fn refresh_live(store: &Store, meta: &MetaStore) -> Result<()> {
     let usage = meta.segment_usage()?;
     for segment in store.segments() {
-        let live = usage
+        let (records, bytes) = usage
             .get(&segment)
-            .map_or(0, |u| u.stored_bytes + u.records * ENTRY_HEADER_LEN as u64);
-        store.set_live_bytes(segment, live)?;
+            .map_or((0, 0), |u| (u.records, u.stored_bytes));
+        store.set_live_records(segment, records, bytes)?;
     }
     Ok(())
 }

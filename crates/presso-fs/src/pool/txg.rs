@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard};
 use presso_meta::TxgOp;
 
 use crate::error::{FsError, Result};
@@ -71,22 +71,58 @@ pub struct Txgs {
     state: Mutex<State>,
     changed: Condvar,
     events: (Sender<Committed>, Receiver<Committed>),
+    /// Read-held by a [`TxgHold`]; the open group closes only under the write side.
+    gate: RwLock<()>,
+}
+
+/// Keeps the open group open: an op queued while this is held goes into group
+/// [`TxgHold::number`], which a frame's tag can therefore name before the op is queued.
+pub struct TxgHold<'a> {
+    _gate: RwLockReadGuard<'a, ()>,
+    number: u64,
+}
+
+impl TxgHold<'_> {
+    /// The group every op queued while this is held goes into.
+    pub fn number(&self) -> u64 {
+        self.number
+    }
 }
 
 impl Default for Txgs {
     fn default() -> Self {
-        Txgs {
-            state: Mutex::new(State {
-                open: 1,
-                ..State::default()
-            }),
-            changed: Condvar::new(),
-            events: unbounded(),
-        }
+        Txgs::starting_after(0)
     }
 }
 
 impl Txgs {
+    /// Groups numbered from `last + 1`: a pool goes on above the last group its metadata
+    /// committed, so group numbers (which segment entries carry) never go down.
+    pub fn starting_after(last: u64) -> Self {
+        Txgs {
+            state: Mutex::new(State {
+                open: last + 1,
+                committed: last,
+                requested: last,
+                ..State::default()
+            }),
+            changed: Condvar::new(),
+            events: unbounded(),
+            gate: RwLock::new(()),
+        }
+    }
+
+    /// Holds the open group open until the returned guard is dropped (briefly: a frame's
+    /// append and the queuing of its op). Do not wait for a commit while holding it.
+    pub fn hold(&self) -> TxgHold<'_> {
+        let gate = self.gate.read();
+        let number = self.state.lock().open;
+        TxgHold {
+            _gate: gate,
+            number,
+        }
+    }
+
     /// Queues `op` in the open group and returns that group's number.
     pub fn queue(&self, op: TxgOp, tag: Option<OpTag>) -> u64 {
         let mut st = self.state.lock();
@@ -154,6 +190,14 @@ impl Txgs {
                 break;
             }
             self.changed.wait_for(&mut st, deadline - now);
+        }
+        // The gate before the state, as holders take them: the group closes once no frame
+        // tagged with its number is between its append and its op's queuing.
+        drop(st);
+        let _closing = self.gate.write();
+        let mut st = self.state.lock();
+        if st.halted {
+            return None;
         }
         let number = st.open;
         st.open += 1;

@@ -367,7 +367,9 @@ impl Vfs {
         let Some(Slot::Dirty { buf, .. }) = st.overlay.get(&index) else {
             return Ok(());
         };
-        let (stored, _pending) = self.pool.store_raw(buf);
+        let (stored, _pending) = self
+            .pool
+            .store_raw(buf, node.ino, index, st.recordsize as u32);
         let rec = stored?;
         let generation = st.next_generation;
         st.next_generation += 1;
@@ -446,28 +448,29 @@ fn completed(
     data: Bytes,
     encoded: &Encoded,
 ) {
-    let (result, _pending) = pool.store_encoded(encoded);
-    if matches!(&result, Ok(Some(rec)) if rec.inline.is_none()) {
-        budget.store_worked();
-    }
-    let mut failed = None;
     let mut st = node.state.lock();
     st.inflight -= 1;
     let current = matches!(st.overlay.get(&index),
         Some(Slot::Compressing { generation: g, .. }) if *g == generation);
     let rs = st.recordsize as usize;
+    if !current {
+        // The record was rewritten, truncated or its file removed meanwhile. The frame is not
+        // stored at all: appending under the node lock, after this check, keeps every entry of
+        // a record in the order of its ops, so an older version never carries a newer tag.
+        budget.give(rs);
+        drop(st);
+        node.changed.notify_all();
+        return;
+    }
+    let (result, _pending) = pool.store_encoded(encoded, node.ino, index, rs as u32);
+    let worked = matches!(&result, Ok(Some(rec)) if rec.inline.is_none());
+    let mut failed = None;
     match result {
-        Ok(rec) if current => {
+        Ok(rec) => {
             record_stored(pool, node, &mut st, index, generation, rec);
             budget.give(rs);
         }
-        Ok(rec) => {
-            if let Some(rec) = rec {
-                pool.discard(&rec);
-            }
-            budget.give(rs);
-        }
-        Err(e) if current => {
+        Err(e) => {
             // Keep the data (reads still see it) and retry at the next flush; the error is
             // reported once to the next write, close or fsync of this file.
             // Covering nothing is the safe answer here: the size waits for this record.
@@ -485,10 +488,12 @@ fn completed(
             st.error = Some(e.clone());
             failed = Some(e);
         }
-        Err(_) => budget.give(rs),
     }
     drop(st);
     node.changed.notify_all();
+    if worked {
+        budget.store_worked();
+    }
     if let Some(e) = failed {
         budget.store_failed(e);
     }

@@ -26,6 +26,7 @@ mod txn;
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex};
 
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags};
 
 use crate::engine::{MetaEngine, Txn};
@@ -195,7 +196,13 @@ impl SqliteEngine {
             | OpenFlags::SQLITE_OPEN_URI
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(path, flags).map_err(eng)?;
+        // Closing the last connection of a database in WAL mode checkpoints the log into the
+        // file and removes it; a refused open must leave both as they are.
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+            .map_err(eng)?;
         schema::check_version(&conn, path)?;
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, false)
+            .map_err(eng)?;
         Self::start(conn, path, opts)
     }
 

@@ -196,3 +196,46 @@ fn a_copy_opens_on_its_own_with_everything_committed() {
     // A copy never overwrites a file.
     assert!(store.copy_to(&copy.0).is_err());
 }
+
+/// A database whose main file is damaged while its write-ahead log still holds commits (a
+/// daemon killed, then the file damaged): the refused open keeps both files byte for byte.
+/// SQLite checkpoints and deletes the log when the last connection closes, and the refused
+/// open's connection was such a one: the log, which `presso recover` moves aside with the
+/// database, was gone before it ran.
+#[test]
+fn a_refused_open_keeps_the_log_and_the_file() {
+    let live = TempDb::new("live-wal");
+    let e = SqliteEngine::create(&live.0, SqliteOptions::default()).unwrap();
+    // The schema in the file; the commit below only in the log (the file's header page not).
+    e.checkpoint().unwrap();
+    let mut tx = e.begin_write(false).unwrap();
+    tx.set_counter("x", 7).unwrap();
+    Box::new(tx).commit().unwrap();
+    // Copies taken while it is open: the commit is only in the log.
+    let copy = TempDb::new("damaged-wal");
+    let with = |p: &PathBuf, suffix: &str| {
+        let mut s = p.as_os_str().to_owned();
+        s.push(suffix);
+        PathBuf::from(s)
+    };
+    for suffix in ["", "-wal", "-shm"] {
+        std::fs::copy(with(&live.0, suffix), with(&copy.0, suffix)).unwrap();
+    }
+    drop(e);
+    let mut main = std::fs::read(&copy.0).unwrap();
+    for (i, b) in main.iter_mut().take(16384).enumerate() {
+        *b = (i as u8).wrapping_mul(31) ^ 0xA5;
+    }
+    std::fs::write(&copy.0, &main).unwrap();
+    let log = std::fs::read(with(&copy.0, "-wal")).unwrap();
+    assert!(!log.is_empty());
+    assert!(SqliteEngine::open(&copy.0, SqliteOptions::default()).is_err());
+    assert!(
+        std::fs::read(&copy.0).unwrap() == main,
+        "the refused open wrote the file"
+    );
+    assert!(
+        std::fs::read(with(&copy.0, "-wal")).ok() == Some(log),
+        "the refused open removed or changed the log"
+    );
+}

@@ -22,7 +22,8 @@ use crate::header::{PoolHeader, FIXED_LEN, MAX_PROPERTIES_LEN, POOL_FILE, POOL_T
 use crate::io::{DirLock, LockError, Storage, StorageDir, LOCK_FILE};
 use crate::segment::{
     decode_entry_header, encode_entry_header, scan_entries, scan_segment, segment_file_name,
-    DamagedEntry, SegmentHeader, ENTRY_HEADER_LEN, MAX_PAYLOAD_LEN, SEGMENT_HEADER_LEN,
+    DamagedEntry, EntryFormat, EntryTag, SegmentHeader, ENTRY_HEADER_LEN, MAX_PAYLOAD_LEN,
+    SEGMENT_HEADER_LEN,
 };
 
 mod open;
@@ -66,7 +67,9 @@ pub struct Location {
 }
 
 impl Location {
-    /// Bytes the entry takes in its segment, envelope included.
+    /// Bytes the entry takes in its segment, envelope included, for an entry of the format this
+    /// build writes (format 2). Entries of segments of format 1 are 32 bytes shorter; the store
+    /// accounts each segment by its own format.
     pub fn entry_len(&self) -> u64 {
         ENTRY_HEADER_LEN as u64 + u64::from(self.len)
     }
@@ -127,9 +130,10 @@ impl RecoveryReport {
 /// only bytes nobody was ever told about.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Committed {
-    /// Per segment, where its last committed entry ends (envelope included). A segment not
-    /// listed holds no committed entry. Recovery reads the last segment's.
-    pub ends: BTreeMap<u64, u64>,
+    /// Per segment, its last committed entry (the one that ends last). A segment not listed
+    /// holds no committed entry. Recovery reads the last segment's, and computes where it ends
+    /// from the segment's entry format.
+    pub last_entries: BTreeMap<u64, Location>,
     /// The highest segment number committed entries point into: new segments are numbered
     /// above it, so the number of a missing segment file is never given to new entries.
     pub highest_segment: u64,
@@ -144,6 +148,9 @@ pub struct SegmentEntries {
     pub total_bytes: u64,
     /// Valid entries, in file order.
     pub entries: Vec<Location>,
+    /// The tag of each valid entry (`tags[i]` is that of `entries[i]`): the record it holds, if
+    /// it says (entries of format 2 written for a record).
+    pub tags: Vec<Option<EntryTag>>,
     /// Damaged stretches, in file order.
     pub damaged: Vec<DamagedEntry>,
 }
@@ -161,6 +168,8 @@ pub struct SegmentStats {
 
 struct Segment {
     number: u64,
+    /// The format of its entries (from its header's version).
+    format: EntryFormat,
     name: String,
     storage: Arc<dyn Storage>,
     /// End of the last complete entry; readers see nothing past it.
@@ -176,6 +185,13 @@ struct Appender {
     tail_dirty: bool,
     /// Set after a failed sync; see [`StoreError::Failed`].
     failed: Option<String>,
+}
+
+impl Segment {
+    /// Bytes the entry at `loc` takes in this segment, envelope included.
+    fn entry_len(&self, loc: Location) -> u64 {
+        self.format.header_len() as u64 + u64::from(loc.len)
+    }
 }
 
 /// An open pool: appends, syncs and reads entries.
@@ -293,8 +309,8 @@ impl Store {
                     let seg = open_sealed_segment(dir.as_ref(), n, &header, &mut bad_headers)?;
                     segments.insert(n, seg);
                 }
-                let end = committed.ends.get(&last).copied().unwrap_or(0);
-                let (seg, report) = recover_last_segment(dir.as_ref(), last, &header, end)?;
+                let last_entry = committed.last_entries.get(&last).copied();
+                let (seg, report) = recover_last_segment(dir.as_ref(), last, &header, last_entry)?;
                 (report, Some(seg))
             }
         };
@@ -354,11 +370,17 @@ impl Store {
         self.config
     }
 
-    /// Appends one entry holding `payload` and returns where it lives. The entry is readable at
-    /// once but durable only after the next [`Store::sync`]. On an error (ENOSPC, EIO) nothing
-    /// becomes visible: the segment is cut back to its last good end, and appends work again once
-    /// the cause is gone.
+    /// Appends one untagged entry holding `payload`; see [`Store::append_tagged`].
     pub fn append(&self, payload: &[u8]) -> Result<Location> {
+        self.append_tagged(payload, None)
+    }
+
+    /// Appends one entry holding `payload`, tagged with the record it holds if `tag` is given,
+    /// and returns where it lives. The entry is readable at once but durable only after the next
+    /// [`Store::sync`]. On an error (ENOSPC, EIO) nothing becomes visible: the segment is cut
+    /// back to its last good end, and appends work again once the cause is gone. Entries are
+    /// always of format 2: an open segment of format 1 (an older pool) is sealed first.
+    pub fn append_tagged(&self, payload: &[u8], tag: Option<&EntryTag>) -> Result<Location> {
         if payload.len() > MAX_PAYLOAD_LEN as usize {
             return Err(StoreError::TooLarge {
                 len: payload.len(),
@@ -374,7 +396,8 @@ impl Store {
         fix_tail(&mut a)?;
         let entry_len = (ENTRY_HEADER_LEN + payload.len()) as u64;
         let end = a.current.end.load(Ordering::Relaxed);
-        if end > SEGMENT_HEADER_LEN && end + entry_len > self.config.segment_size {
+        let full = end > SEGMENT_HEADER_LEN && end + entry_len > self.config.segment_size;
+        if full || a.current.format != EntryFormat::V2 {
             self.roll_locked(&mut a)?;
         }
         let seg = a.current.clone();
@@ -383,7 +406,7 @@ impl Store {
         // between them leaves a torn entry, which is the same case as a short single write.
         let written = seg
             .storage
-            .write_at(&encode_entry_header(payload), offset)
+            .write_at(&encode_entry_header(payload, tag), offset)
             .and_then(|()| {
                 seg.storage
                     .write_at(payload, offset + ENTRY_HEADER_LEN as u64)
@@ -500,6 +523,11 @@ impl Store {
     /// Reads and verifies the entry at `loc`, returning its payload. A damaged entry is a
     /// [`StoreError::CorruptEntry`] naming segment and offset, and is counted.
     pub fn read(&self, loc: Location) -> Result<Vec<u8>> {
+        self.read_entry(loc).map(|(payload, _)| payload)
+    }
+
+    /// [`Store::read`], also returning the entry's tag (the record it holds, if it says).
+    pub fn read_entry(&self, loc: Location) -> Result<(Vec<u8>, Option<EntryTag>)> {
         let bad = |reason| StoreError::BadLocation {
             segment: loc.segment,
             offset: loc.offset,
@@ -511,14 +539,18 @@ impl Store {
         if loc.len > MAX_PAYLOAD_LEN {
             return Err(bad("payload length over the maximum"));
         }
-        if loc.offset < SEGMENT_HEADER_LEN || loc.offset.saturating_add(loc.entry_len()) > end {
+        if loc.offset < SEGMENT_HEADER_LEN || loc.offset.saturating_add(seg.entry_len(loc)) > end {
             return Err(bad("outside the segment's entries"));
         }
         let mut h = [0u8; ENTRY_HEADER_LEN];
+        let h = &mut h[..seg.format.header_len()];
         seg.storage
-            .read_at(&mut h, loc.offset)
+            .read_at(h, loc.offset)
             .map_err(|e| io_error(&seg.name, loc.offset, "read", e))?;
-        let header = decode_entry_header(&h).map_err(|e| self.corrupt(loc, e.to_string()))?;
+        let header = decode_entry_header(h).map_err(|e| self.corrupt(loc, e.to_string()))?;
+        if header.format != seg.format {
+            return Err(self.corrupt(loc, "entry of another format than its segment's".into()));
+        }
         if header.payload_len != loc.len {
             return Err(self.corrupt(
                 loc,
@@ -528,7 +560,7 @@ impl Store {
                 ),
             ));
         }
-        let at = loc.offset + ENTRY_HEADER_LEN as u64;
+        let at = loc.offset + seg.format.header_len() as u64;
         let payload = seg
             .storage
             .read_vec_at(loc.len as usize, at)
@@ -536,7 +568,7 @@ impl Store {
         if crc32fast::hash(&payload) != header.payload_crc {
             return Err(self.corrupt(loc, "payload CRC-32 mismatch".to_string()));
         }
-        Ok(payload)
+        Ok((payload, header.tag))
     }
 
     fn corrupt(&self, loc: Location, reason: String) -> StoreError {

@@ -78,11 +78,7 @@ pub(super) fn create_segment(
         }
         Err(e) => return Err(io_error(&name, 0, "create", e)),
     };
-    let header = SegmentHeader {
-        number,
-        pool_uuid: pool.uuid,
-    }
-    .encode();
+    let header = SegmentHeader::new(number, pool.uuid).encode();
     let res = storage
         .write_at(&header, 0)
         .map_err(|e| io_error(&name, 0, "write", e))
@@ -98,6 +94,7 @@ pub(super) fn create_segment(
     }
     Ok(Arc::new(Segment {
         number,
+        format: EntryFormat::V2,
         name,
         storage,
         end: AtomicU64::new(SEGMENT_HEADER_LEN),
@@ -106,16 +103,11 @@ pub(super) fn create_segment(
 }
 
 fn check_segment_header(
-    storage: &dyn Storage,
+    header: &SegmentHeader,
     name: &str,
     number: u64,
     pool: &PoolHeader,
 ) -> Result<()> {
-    let mut h = [0u8; SEGMENT_HEADER_LEN as usize];
-    storage
-        .read_at(&mut h, 0)
-        .map_err(|e| io_error(name, 0, "read", e))?;
-    let header = SegmentHeader::decode(&h, name)?;
     if header.number != number {
         return Err(StoreError::Corrupt {
             file: name.to_string(),
@@ -151,11 +143,16 @@ pub(super) fn open_sealed_segment(
     let name = segment_file_name(number);
     let storage = dir.open(&name).map_err(|e| io_error(&name, 0, "open", e))?;
     let len = storage.len().map_err(|e| io_error(&name, 0, "stat", e))?;
-    if let Err(e) = verify_segment_header(storage.as_ref(), &name, number, pool, len)? {
-        bad_headers.push((number, e));
-    }
+    let format = match verify_segment_header(storage.as_ref(), &name, number, pool, len)? {
+        Ok(format) => format,
+        Err(e) => {
+            bad_headers.push((number, e));
+            guess_format(storage.as_ref(), len)
+        }
+    };
     Ok(Arc::new(Segment {
         number,
+        format,
         name,
         storage,
         end: AtomicU64::new(len),
@@ -163,17 +160,18 @@ pub(super) fn open_sealed_segment(
     }))
 }
 
-/// `Ok(Err(reason))` when the segment's header is damaged (too short, or it does not decode:
-/// magic, version, CRC-32). A header that decodes but names another segment number or another
-/// pool is an error: that file was put there, and its entries could verify while holding other
-/// data than the metadata expects.
+/// The format of the segment's entries (from its header's version), or `Ok(Err(reason))` when
+/// the segment's header is damaged (too short, or it does not decode: magic, version, CRC-32).
+/// A header that decodes but names another segment number or another pool is an error: that
+/// file was put there, and its entries could verify while holding other data than the metadata
+/// expects.
 fn verify_segment_header(
     storage: &dyn Storage,
     name: &str,
     number: u64,
     pool: &PoolHeader,
     len: u64,
-) -> Result<std::result::Result<(), String>> {
+) -> Result<std::result::Result<EntryFormat, String>> {
     if len < SEGMENT_HEADER_LEN {
         return Ok(Err(format!(
             "{name}: shorter than a segment header ({len} bytes)"
@@ -183,10 +181,26 @@ fn verify_segment_header(
     storage
         .read_at(&mut h, 0)
         .map_err(|e| io_error(name, 0, "read", e))?;
-    if let Err(e) = SegmentHeader::decode(&h, name) {
-        return Ok(Err(e.to_string()));
+    let header = match SegmentHeader::decode(&h, name) {
+        Ok(header) => header,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    check_segment_header(&header, name, number, pool)?;
+    Ok(Ok(EntryFormat::of_segment_version(header.version)))
+}
+
+/// The entry format of a segment whose header is damaged: that of its first entry, if its magic
+/// is readable, else this build's.
+fn guess_format(storage: &dyn Storage, len: u64) -> EntryFormat {
+    let mut magic = [0u8; 4];
+    if len >= SEGMENT_HEADER_LEN + 4
+        && storage.read_at(&mut magic, SEGMENT_HEADER_LEN).is_ok()
+        && magic == crate::segment::ENTRY_MAGIC
+    {
+        EntryFormat::V1
+    } else {
+        EntryFormat::V2
     }
-    check_segment_header(storage, name, number, pool).map(Ok)
 }
 
 /// Where recovery left the last segment.
@@ -199,29 +213,38 @@ pub(super) enum LastSegment {
 }
 
 /// Opens the last segment and recovers it. Only bytes past both the last entry that verifies
-/// and `committed_end` (where the metadata's last committed entry in it ends; 0 for none) are
-/// cut: those were never acknowledged. A scan that stops below `committed_end` found damage,
-/// not a torn tail, and nothing is changed.
+/// and the end of `last_committed` (the metadata's last committed entry in it, if any) are
+/// cut: those were never acknowledged. A scan that stops below that end found damage, not a
+/// torn tail, and nothing is changed.
 pub(super) fn recover_last_segment(
     dir: &dyn StorageDir,
     number: u64,
     pool: &PoolHeader,
-    committed_end: u64,
+    last_committed: Option<Location>,
 ) -> Result<(LastSegment, RecoveryReport)> {
     let name = segment_file_name(number);
     let storage = dir.open(&name).map_err(|e| io_error(&name, 0, "open", e))?;
     let len = storage.len().map_err(|e| io_error(&name, 0, "stat", e))?;
     let mut report = RecoveryReport::nothing(number);
+    let verified = verify_segment_header(storage.as_ref(), &name, number, pool, len)?;
+    let format = match &verified {
+        Ok(format) => *format,
+        Err(_) => guess_format(storage.as_ref(), len),
+    };
+    let committed_end = last_committed.map_or(0, |loc| {
+        loc.offset + format.header_len() as u64 + u64::from(loc.len)
+    });
     let segment = |storage, end| {
         Arc::new(Segment {
             number,
+            format,
             name: name.clone(),
             storage,
             end: AtomicU64::new(end),
             dead: AtomicU64::new(0),
         })
     };
-    if let Err(reason) = verify_segment_header(storage.as_ref(), &name, number, pool, len)? {
+    if let Err(reason) = verified {
         if len <= SEGMENT_HEADER_LEN && committed_end == 0 {
             // A crash while the segment was being created: entries are written only after the
             // header is durable, so there is nothing to lose. Write the header again.
@@ -229,7 +252,14 @@ pub(super) fn recover_last_segment(
             report.discarded_bytes = len;
             report.reinitialized = true;
             return Ok((
-                LastSegment::Open(segment(storage, SEGMENT_HEADER_LEN)),
+                LastSegment::Open(Arc::new(Segment {
+                    number,
+                    format: EntryFormat::V2,
+                    name: name.clone(),
+                    storage,
+                    end: AtomicU64::new(SEGMENT_HEADER_LEN),
+                    dead: AtomicU64::new(0),
+                })),
                 report,
             ));
         }
@@ -268,11 +298,7 @@ fn write_fresh_header(
     number: u64,
     pool: &PoolHeader,
 ) -> Result<()> {
-    let header = SegmentHeader {
-        number,
-        pool_uuid: pool.uuid,
-    }
-    .encode();
+    let header = SegmentHeader::new(number, pool.uuid).encode();
     storage
         .set_len(0)
         .map_err(|e| io_error(name, 0, "truncate", e))?;

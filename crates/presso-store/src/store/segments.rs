@@ -15,7 +15,7 @@ impl Store {
     pub fn mark_dead(&self, loc: Location) -> Result<()> {
         let seg = self.segment(loc.segment)?;
         let end = seg.end.load(Ordering::Acquire);
-        if loc.offset < SEGMENT_HEADER_LEN || loc.offset.saturating_add(loc.entry_len()) > end {
+        if loc.offset < SEGMENT_HEADER_LEN || loc.offset.saturating_add(seg.entry_len(loc)) > end {
             return Err(StoreError::BadLocation {
                 segment: loc.segment,
                 offset: loc.offset,
@@ -27,7 +27,7 @@ impl Store {
         let _ = seg
             .dead
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| {
-                Some((d + loc.entry_len()).min(total))
+                Some((d + seg.entry_len(loc)).min(total))
             });
         Ok(())
     }
@@ -144,21 +144,31 @@ impl Store {
             total_bytes: entry_bytes(end),
             entries: scan
                 .entries
-                .into_iter()
-                .map(|(offset, len)| Location {
+                .iter()
+                .map(|e| Location {
                     segment,
-                    offset,
-                    len,
+                    offset: e.offset,
+                    len: e.len,
                 })
                 .collect(),
+            tags: scan.entries.iter().map(|e| e.tag).collect(),
             damaged: scan.damaged,
         })
+    }
+
+    /// Sets a segment's live bytes from the live entries the metadata counts in it: `records`
+    /// entries holding `payload_bytes` payload bytes in all, each with an envelope of the
+    /// segment's format. See [`Store::set_live_bytes`].
+    pub fn set_live_records(&self, segment: u64, records: u64, payload_bytes: u64) -> Result<()> {
+        let header_len = self.segment(segment)?.format.header_len() as u64;
+        self.set_live_bytes(segment, payload_bytes + records * header_len)
     }
 
     /// Sets how many of a segment's entry bytes are live, as counted from the metadata after
     /// open (the dead counts live in memory only): the dead bytes become the segment's total
     /// entry bytes minus `live_entry_bytes`. The live bytes of a set of entries are the sum of
-    /// their [`Location::entry_len`], i.e. payload bytes plus [`ENTRY_HEADER_LEN`] per entry.
+    /// their entry lengths, i.e. payload bytes plus one envelope header (of the segment's format)
+    /// per entry.
     /// More live bytes than the segment holds is [`StoreError::LiveBytesTooLarge`].
     pub fn set_live_bytes(&self, segment: u64, live_entry_bytes: u64) -> Result<()> {
         let seg = self.segment(segment)?;

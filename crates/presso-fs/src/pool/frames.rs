@@ -1,0 +1,230 @@
+//! Records in and out of the pool: storing a finished record (hole, inline, or a tagged entry
+//! appended to the open segment) and reading a record back with every checksum verified.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use parking_lot::RwLockWriteGuard;
+use presso_codec::frame::FrameHeader;
+use presso_codec::Encoded;
+use presso_meta::RecordRef;
+use presso_store::EntryTag;
+
+use super::{location, PendingFrame, Pool, INLINE_MAX};
+use crate::error::{FsError, Result};
+
+impl Pool {
+    /// Stores record `index` of file `ino` (whose record size is `record_size`): `None` for a
+    /// hole, an inline reference for a tiny frame, otherwise a reference to the frame appended
+    /// to the open segment (durable only after the next commit), its entry tagged with the
+    /// record and the number of the open group. Queue the op naming the frame before dropping
+    /// the returned [`PendingFrame`], which keeps that group open (so the tag names the group
+    /// the op commits in) and garbage collection from removing segments; and do not wait for a
+    /// commit meanwhile.
+    pub fn store_encoded(
+        &self,
+        encoded: &Encoded,
+        ino: u64,
+        index: u64,
+        record_size: u32,
+    ) -> (Result<Option<RecordRef>>, PendingFrame<'_>) {
+        self.store_tagged(&encoded.frame, &encoded.header, ino, index, record_size)
+    }
+
+    fn store_tagged(
+        &self,
+        frame: &[u8],
+        header: &FrameHeader,
+        ino: u64,
+        index: u64,
+        record_size: u32,
+    ) -> (Result<Option<RecordRef>>, PendingFrame<'_>) {
+        let gate = self.pending_frames.read();
+        let group = self.txgs.hold();
+        let tag = EntryTag {
+            ino,
+            index,
+            txg: group.number(),
+            record_size,
+        };
+        let stored = self.store_frame_parts(frame, header, &tag);
+        (
+            stored,
+            PendingFrame {
+                _gate: gate,
+                _group: group,
+            },
+        )
+    }
+
+    /// Held by garbage collection while it decides which segments are empty and removes them:
+    /// no frame is then between its append and the op that will name it.
+    pub fn frames_settled(&self) -> RwLockWriteGuard<'_, ()> {
+        self.pending_frames.write()
+    }
+
+    /// Stores `data` at once, on the caller's thread, as an uncompressed frame: for the rare
+    /// record whose op must be queued before an op the caller queues next (see the file layer's
+    /// trim of bytes a crash left past a file's size). Returns the record like
+    /// [`Pool::store_encoded`].
+    pub fn store_raw(
+        &self,
+        data: &[u8],
+        ino: u64,
+        index: u64,
+        record_size: u32,
+    ) -> (Result<Option<RecordRef>>, PendingFrame<'_>) {
+        let (frame, header) = presso_codec::frame::build_raw(&[data]);
+        self.store_tagged(&frame, &header, ino, index, record_size)
+    }
+
+    fn store_frame_parts(
+        &self,
+        frame: &[u8],
+        header: &FrameHeader,
+        tag: &EntryTag,
+    ) -> Result<Option<RecordRef>> {
+        if header.hole {
+            self.counters.holes.fetch_add(1, Ordering::Relaxed);
+            self.journal(frame, tag);
+            return Ok(None);
+        }
+        let stored_len = frame.len() as u32;
+        if frame.len() <= INLINE_MAX {
+            self.counters.frames_inline.fetch_add(1, Ordering::Relaxed);
+            self.journal(frame, tag);
+            return Ok(Some(RecordRef {
+                segment: 0,
+                offset: 0,
+                stored_len,
+                logical_len: header.logical_len,
+                codec: header.codec as u8,
+                checksum: header.stored_hash,
+                inline: Some(frame.to_vec()),
+            }));
+        }
+        let loc = self.store.append_tagged(frame, Some(tag))?;
+        self.counters
+            .frames_appended
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(Some(RecordRef {
+            segment: loc.segment,
+            offset: loc.offset,
+            stored_len,
+            logical_len: header.logical_len,
+            codec: header.codec as u8,
+            checksum: header.stored_hash,
+            inline: None,
+        }))
+    }
+
+    /// Appends a tagged copy of a frame no record will name in a segment: a hole's (32 bytes)
+    /// or an inline record's. Only `presso recover` reads it, so it is dead from the start
+    /// (garbage collection reclaims it), and writing it is best effort.
+    fn journal(&self, frame: &[u8], tag: &EntryTag) {
+        if let Ok(loc) = self.store.append_tagged(frame, Some(tag)) {
+            let _ = self.store.mark_dead(loc);
+        }
+    }
+
+    /// Reads the frame `rec` refers to and checks it is the one the metadata recorded.
+    pub fn read_frame(&self, ino: u64, index: u64, rec: &RecordRef) -> Result<Vec<u8>> {
+        self.read_checked_frame(ino, index, rec)
+            .map(|(frame, _, _)| frame)
+    }
+
+    /// [`Pool::read_frame`] with the tag its entry carries (`None` for inline frames and entries
+    /// written before entries were tagged).
+    pub fn read_frame_tagged(
+        &self,
+        ino: u64,
+        index: u64,
+        rec: &RecordRef,
+    ) -> Result<(Vec<u8>, Option<EntryTag>)> {
+        self.read_checked_frame(ino, index, rec)
+            .map(|(frame, _, tag)| (frame, tag))
+    }
+
+    /// [`Pool::read_frame`] with the frame's parsed header, so decoding does not parse it again.
+    fn read_checked_frame(
+        &self,
+        ino: u64,
+        index: u64,
+        rec: &RecordRef,
+    ) -> Result<(Vec<u8>, FrameHeader, Option<EntryTag>)> {
+        let (frame, tag) = match &rec.inline {
+            Some(frame) => (frame.clone(), None),
+            None => self.store.read_entry(location(rec)).inspect_err(|e| {
+                // A host I/O error is not damage in the pool; anything else the store refuses
+                // (a damaged entry, a missing segment, a location outside it) is.
+                if !matches!(e, presso_store::StoreError::Io { .. }) {
+                    self.counters.corruptions.fetch_add(1, Ordering::Relaxed);
+                }
+            })?,
+        };
+        match FrameHeader::parse(&frame) {
+            Ok(h) if h.stored_hash == rec.checksum && h.logical_len == rec.logical_len => {
+                Ok((frame, h, tag))
+            }
+            Ok(_) => {
+                self.counters.corruptions.fetch_add(1, Ordering::Relaxed);
+                Err(FsError::Misdirected {
+                    ino,
+                    index,
+                    segment: rec.segment,
+                    offset: rec.offset,
+                })
+            }
+            Err(source) => {
+                self.counters.corruptions.fetch_add(1, Ordering::Relaxed);
+                Err(FsError::CorruptFrame {
+                    ino,
+                    index,
+                    segment: rec.segment,
+                    offset: rec.offset,
+                    source,
+                })
+            }
+        }
+    }
+
+    /// Reads and decodes record `index` of `ino` from `rec`, verifying every checksum.
+    /// A record stored as-is is a view into the frame read from the store, not a copy.
+    pub fn read_record(&self, ino: u64, index: u64, rec: &RecordRef) -> Result<Bytes> {
+        let cpu = presso_codec::stats::thread_cpu_time();
+        let (frame, header, _) = self.read_checked_frame(ino, index, rec)?;
+        let data = self
+            .engine
+            .decode_parsed_shared(&header, Bytes::from(frame))
+            .map_err(|source| {
+                self.counters.corruptions.fetch_add(1, Ordering::Relaxed);
+                FsError::CorruptFrame {
+                    ino,
+                    index,
+                    segment: rec.segment,
+                    offset: rec.offset,
+                    source,
+                }
+            })?;
+        self.counters.records_read.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .decoded_bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        let spent = presso_codec::stats::thread_cpu_time().saturating_sub(cpu);
+        self.counters
+            .decode_cpu_ns
+            .fetch_add(spent.as_nanos() as u64, Ordering::Relaxed);
+        Ok(data)
+    }
+
+    /// The compression and decoding work done since the pool opened.
+    pub fn work(&self) -> crate::lifetime::Work {
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        crate::lifetime::Work {
+            records_decoded: load(&self.counters.records_read),
+            decoded_bytes: load(&self.counters.decoded_bytes),
+            decode_cpu_ns: load(&self.counters.decode_cpu_ns),
+            ..crate::lifetime::Work::of_engine(&self.engine.stats())
+        }
+    }
+}
