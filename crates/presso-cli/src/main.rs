@@ -71,7 +71,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             // `{:#}` prints the whole context chain on one line: "cannot read x: No such file".
-            eprintln!("presso: error: {err:#}");
+            presso_fs::log!("presso: error: {err:#}");
             ExitCode::FAILURE
         }
     }

@@ -87,7 +87,7 @@ pub fn serve(
         check_mountpoint(&pool_path, &mountpoint, config.nonempty)?;
         let (pool, report) = Pool::open(&pool_path, config.pool.clone())?;
         if report.orphan_records_purged > 0 || report.torn_bytes > 0 {
-            eprintln!(
+            crate::log!(
                 "presso: recovered {}: {} records of files unlinked while open removed, {} bytes of a torn segment tail discarded",
                 pool_path.display(),
                 report.orphan_records_purged,
@@ -95,22 +95,22 @@ pub fn serve(
             );
         }
         for (segment, why) in &report.damaged_segment_headers {
-            eprintln!("presso: damaged segment header, segment {segment} kept as it is: {why}");
+            crate::log!("presso: damaged segment header, segment {segment} kept as it is: {why}");
         }
         if let Some(segment) = report.damage_kept {
-            eprintln!(
+            crate::log!(
                 "presso: segment {segment} is damaged below its committed entries; nothing was \
                  cut, new data goes to a new segment"
             );
         }
         if !report.missing_segments.is_empty() {
-            eprintln!(
+            crate::log!(
                 "presso: segment files missing although the metadata points into them: {:?}",
                 report.missing_segments
             );
         }
         if report.found_damage() {
-            eprintln!(
+            crate::log!(
                 "presso: the pool is damaged; files that do not touch the damage read as \
                  before, damaged records read as I/O errors. Run `presso scrub {}` to list \
                  the files and offsets affected, and restore those files from a backup.",
@@ -144,7 +144,7 @@ pub fn serve(
         .name("presso-signals".into())
         .spawn(move || {
             if wait_signal(&signals) {
-                eprintln!("presso: signal received, unmounting {}", target.display());
+                crate::log!("presso: signal received, unmounting {}", target.display());
                 if let Ok(mut u) = unmounter.lock() {
                     let _ = u.unmount();
                 }
@@ -160,7 +160,7 @@ pub fn serve(
     let closed = vfs.shutdown();
     let lost = vfs.unstored();
     for file in &lost.files {
-        eprintln!(
+        crate::log!(
             "presso: lost at unmount, could not be stored: {} bytes of {}",
             file.bytes,
             file.path

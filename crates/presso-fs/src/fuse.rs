@@ -231,7 +231,7 @@ impl Filesystem for PressoFs {
 
     fn destroy(&mut self) {
         if let Err(e) = self.vfs.sync_all() {
-            eprintln!("presso: flushing at unmount failed: {e}");
+            crate::log!("presso: flushing at unmount failed: {e}");
         }
     }
 

@@ -17,6 +17,18 @@
 //! The store and metadata crates do not know each other; this crate is where they meet, which is
 //! why transaction groups, GC and scrub live here rather than in presso-store.
 
+/// Writes one line to the daemon's log: standard error, which `presso mount` points at
+/// `presso.log` in the pool directory. On a full or failing disk that log cannot be written, and
+/// that must never stop the daemon (`eprintln!` panics when the write fails), so a line that
+/// cannot be written is dropped.
+#[macro_export]
+macro_rules! log {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub mod cache;
 pub mod control;
 pub mod daemon;

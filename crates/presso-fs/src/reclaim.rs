@@ -77,7 +77,7 @@ impl Reclaimer {
             Ok(handle) => *r.thread.lock() = Some(handle),
             Err(e) => {
                 // No collector: callers must not wait for passes that never come.
-                eprintln!("presso: cannot start automatic garbage collection: {e}");
+                crate::log!("presso: cannot start automatic garbage collection: {e}");
                 r.state.lock().stopping = true;
             }
         }
@@ -137,12 +137,14 @@ impl Reclaimer {
             let min_live = if for_room { 1.0 } else { policy.min_live };
             if asked || worth_collecting(pool, &policy) {
                 match maintenance::gc(pool, min_live, &mut |_| {}) {
-                    Ok(r) if r.segments_collected > 0 => eprintln!(
+                    Ok(r) if r.segments_collected > 0 => crate::log!(
                         "presso: reclaimed {} bytes from {} segments ({} records moved)",
-                        r.bytes_removed, r.segments_collected, r.records_moved
+                        r.bytes_removed,
+                        r.segments_collected,
+                        r.records_moved
                     ),
                     Ok(_) => {}
-                    Err(e) => eprintln!("presso: automatic garbage collection failed: {e}"),
+                    Err(e) => crate::log!("presso: automatic garbage collection failed: {e}"),
                 }
             }
             let mut st = self.state.lock();

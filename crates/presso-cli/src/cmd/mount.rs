@@ -118,7 +118,7 @@ pub fn run(args: MountArgs) -> Result<()> {
     if args.foreground {
         daemon::serve(&args.pool, &args.mountpoint, config, |r| {
             if let Err(e) = r {
-                eprintln!("presso: cannot mount: {e}");
+                presso_fs::log!("presso: cannot mount: {e}");
             }
         })
         .context("the mount failed")?;
@@ -224,7 +224,7 @@ fn child(pool: &Path, mountpoint: &Path, config: MountConfig, report: OwnedFd) -
     match result {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("presso: {e}");
+            presso_fs::log!("presso: {e}");
             1
         }
     }

@@ -25,7 +25,7 @@ pub(super) fn commit_loop(pool: std::sync::Weak<Pool>) {
         if !failed && checkpointed.elapsed() >= CHECKPOINT_INTERVAL {
             checkpointed = Instant::now();
             if let Err(e) = pool.meta.checkpoint() {
-                eprintln!("presso: metadata checkpoint failed (retried later): {e}");
+                crate::log!("presso: metadata checkpoint failed (retried later): {e}");
             }
         }
         if changed && copied.elapsed() >= pool.options.metadata_copy_every {

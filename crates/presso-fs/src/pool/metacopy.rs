@@ -40,7 +40,9 @@ impl Pool {
                 };
                 if let Some(dir) = pool.copy_dir.get() {
                     if let Err(e) = write_copy(&pool, dir) {
-                        eprintln!("presso: cannot refresh the metadata copy (retried later): {e}");
+                        crate::log!(
+                            "presso: cannot refresh the metadata copy (retried later): {e}"
+                        );
                     }
                 }
             });

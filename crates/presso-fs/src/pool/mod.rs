@@ -399,7 +399,7 @@ impl Pool {
         self.join_committer();
         if result.is_ok() {
             if let Err(e) = self.refresh_metadata_copy() {
-                eprintln!("presso: cannot refresh the metadata copy at close: {e}");
+                crate::log!("presso: cannot refresh the metadata copy at close: {e}");
             }
         }
         // The database file alone is then complete: a copy without its log loses nothing.

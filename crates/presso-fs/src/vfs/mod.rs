@@ -338,7 +338,7 @@ impl Vfs {
         self.queue_sizes();
         // Statistics, not data: a failure to count is reported, never a failed sync.
         if let Err(e) = self.lifetime.save(self.pool.meta(), self.work()) {
-            eprintln!("presso: the pool's lifetime statistics were not saved: {e}");
+            crate::log!("presso: the pool's lifetime statistics were not saved: {e}");
         }
         self.pool.commit(true)
     }

@@ -25,7 +25,7 @@ pub(super) fn sweeper(vfs: Weak<Vfs>, unsynced: Arc<Unsynced>, delay: Duration) 
         let result = vfs.sync_all().and_then(|()| vfs.all_stored());
         if let Err(e) = &result {
             if !vfs.stopping.load(std::sync::atomic::Ordering::SeqCst) {
-                eprintln!("presso: durability sweep failed (retried): {e}");
+                crate::log!("presso: durability sweep failed (retried): {e}");
             }
         }
         unsynced.swept(result.is_ok());
