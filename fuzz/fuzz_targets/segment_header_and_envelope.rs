@@ -23,7 +23,7 @@ use presso_store::segment::{
     decode_entry, encode_entry, segment_file_name, SegmentHeader, ENTRY_HEADER_LEN,
     SEGMENT_HEADER_LEN,
 };
-use presso_store::{Committed, PoolHeader, SimDir, Store, StoreConfig, StoreError};
+use presso_store::{Committed, Location, PoolHeader, SimDir, Store, StoreConfig, StoreError};
 
 const UUID: [u8; 16] = *b"fedcba9876543210";
 const HEADER_LEN: usize = SEGMENT_HEADER_LEN as usize;
@@ -31,12 +31,7 @@ const HEADER_LEN: usize = SEGMENT_HEADER_LEN as usize;
 /// A valid segment 1 of the pool `UUID`: entries of the lengths the length bytes ask for (three
 /// bytes each per unit, so empty and multi-window-sized entries both occur).
 fn valid_segment(lengths: &[u8]) -> Vec<u8> {
-    let mut bytes = SegmentHeader {
-        number: 1,
-        pool_uuid: UUID,
-    }
-    .encode()
-    .to_vec();
+    let mut bytes = SegmentHeader::new(1, UUID).encode().to_vec();
     for (i, &n) in lengths.iter().enumerate() {
         bytes.extend_from_slice(&encode_entry(&common::pattern(
             i as u64,
@@ -61,8 +56,9 @@ fn reseal(bytes: &mut [u8]) {
             let crc = crc32fast::hash(&bytes[at + ENTRY_HEADER_LEN..end]);
             bytes[at + 8..at + 12].copy_from_slice(&crc.to_le_bytes());
         }
-        let crc = crc32fast::hash(&bytes[at..at + 12]);
-        bytes[at + 12..at + 16].copy_from_slice(&crc.to_le_bytes());
+        let crc_at = at + ENTRY_HEADER_LEN - 4;
+        let crc = crc32fast::hash(&bytes[at..crc_at]);
+        bytes[crc_at..crc_at + 4].copy_from_slice(&crc.to_le_bytes());
         if end > bytes.len() {
             break;
         }
@@ -127,15 +123,22 @@ fuzz_target!(|data: &[u8]| {
     sim.set_contents(&name, &bytes);
     let mut committed = Committed::default();
     if committed_end > 0 {
-        committed.ends.insert(1, committed_end);
+        // What the metadata claims is its last entry there: any place, as damaged metadata
+        // could claim, with a length that ends at `committed_end` when it can.
+        let offset = committed_end.saturating_sub(ENTRY_HEADER_LEN as u64 + 1);
+        let len = committed_end.saturating_sub(offset + ENTRY_HEADER_LEN as u64) as u32;
+        committed.last_entries.insert(
+            1,
+            Location {
+                segment: 1,
+                offset,
+                len,
+            },
+        );
         committed.highest_segment = 1;
     }
     if sealed {
-        let empty = SegmentHeader {
-            number: 2,
-            pool_uuid: UUID,
-        }
-        .encode();
+        let empty = SegmentHeader::new(2, UUID).encode();
         sim.set_contents(&segment_file_name(2), &empty);
     }
     let config = StoreConfig {
