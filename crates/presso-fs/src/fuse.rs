@@ -599,7 +599,7 @@ impl Filesystem for PressoFs {
         let result = self
             .vfs
             .make_node(parent, name.as_bytes(), &node)
-            .and_then(|a| Ok((self.vfs.open(a.ino)?, a)));
+            .and_then(|a| Ok((self.vfs.open_created(&a)?, a)));
         match result {
             Ok((fh, a)) => reply.created(&TTL, &file_attr(&a), 0, fh, 0),
             Err(e) => reply.error(errno(&e)),

@@ -592,3 +592,52 @@ fn run_config(index: usize) {
 }
 
 one_test_per_config!();
+
+/// A file opened as it is created (the FUSE CREATE path, which reads nothing back) follows its
+/// directory's record size and fixes it at its first write, exactly like a file opened later:
+/// changing the directory's property afterwards, remount included, does not change the file's
+/// records, and its bytes read back.
+#[test]
+fn a_created_file_takes_and_keeps_its_directorys_record_size() {
+    use presso_meta::{NewNode, ROOT_INO};
+    let mut fs = Fs::new(&CONFIGS[1]);
+    let vfs = fs.vfs().clone();
+    let dir = vfs
+        .make_node(ROOT_INO, b"d", &NewNode::dir(0o755, 0, 0))
+        .unwrap()
+        .ino;
+    vfs.set_prop(dir, "recordsize", "16K").unwrap();
+    let attr = vfs
+        .make_node(dir, b"f", &NewNode::file(0o644, 0, 0))
+        .unwrap();
+    let fh = vfs.open_created(&attr).unwrap();
+    assert_eq!(vfs.pool().own_prop(attr.ino, "recordsize").unwrap(), None);
+    let bytes = data(7, 0, 40_000);
+    assert_eq!(vfs.write(attr.ino, 0, &bytes).unwrap(), bytes.len());
+    assert_eq!(
+        vfs.pool().own_prop(attr.ino, "recordsize").unwrap(),
+        Some("16K".to_string())
+    );
+    vfs.set_prop(dir, "recordsize", "64K").unwrap();
+    vfs.fsync(attr.ino).unwrap();
+    vfs.release(attr.ino, fh).unwrap();
+    drop(vfs);
+    fs.remount();
+    let vfs = fs.vfs().clone();
+    let fh = vfs.open(attr.ino).unwrap();
+    let more = data(9, 40_000, 30_000);
+    vfs.write(attr.ino, 40_000, &more).unwrap();
+    vfs.fsync(attr.ino).unwrap();
+    let indexes: Vec<u64> = vfs
+        .pool()
+        .records(attr.ino, ..)
+        .unwrap()
+        .into_iter()
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(indexes, vec![0, 1, 2, 3, 4], "70,000 bytes in 16K records");
+    let read = vfs.read(attr.ino, 0, 70_000).unwrap();
+    assert_eq!(&read[..40_000], &bytes[..]);
+    assert_eq!(&read[40_000..], &more[..]);
+    vfs.release(attr.ino, fh).unwrap();
+}

@@ -108,6 +108,7 @@ conformance!(
     xattr_namespaces_and_both_flags,
     records_and_accounting,
     property_inheritance,
+    properties_read_together,
     failed_ops_leave_no_trace,
     txg_applies_in_order_with_set_accounting,
     txg_skips_ops_on_gone_or_non_regular_inodes,
@@ -1441,6 +1442,52 @@ fn property_inheritance(s: &MetaStore) {
     assert_eq!(s.get_prop_effective(9999, "x"), Err(MetaError::NotFound));
     assert!(matches!(
         s.set_prop(a, "", "y"),
+        Err(MetaError::InvalidArgument(_))
+    ));
+}
+
+/// Several effective properties read at once give what one lookup per name gives: own values,
+/// inherited ones with their source, unset ones, in the order asked; an unknown inode or a bad
+/// name fails the whole call.
+fn properties_read_together(s: &MetaStore) {
+    let a = mkdir(s, ROOT_INO, "a");
+    let f = file(s, a, "f");
+    s.set_prop(POOL_INO, "compression", "lz4").unwrap();
+    s.set_prop(a, "threshold", "20%").unwrap();
+    s.set_prop(f, "recordsize", "16K").unwrap();
+    let names = ["compression", "threshold", "recordsize", "offload"];
+    for ino in [POOL_INO, ROOT_INO, a, f] {
+        let one_by_one: Vec<_> = names
+            .iter()
+            .map(|n| s.get_prop_effective(ino, n).unwrap())
+            .collect();
+        assert_eq!(s.get_props_effective(ino, &names).unwrap(), one_by_one);
+    }
+    assert_eq!(
+        s.get_props_effective(f, &names).unwrap(),
+        vec![
+            Some(EffectiveProp {
+                value: "lz4".into(),
+                source: POOL_INO
+            }),
+            Some(EffectiveProp {
+                value: "20%".into(),
+                source: a
+            }),
+            Some(EffectiveProp {
+                value: "16K".into(),
+                source: f
+            }),
+            None,
+        ]
+    );
+    assert_eq!(s.get_props_effective(f, &[]).unwrap(), vec![]);
+    assert_eq!(
+        s.get_props_effective(9999, &names),
+        Err(MetaError::NotFound)
+    );
+    assert!(matches!(
+        s.get_props_effective(f, &["compression", ""]),
         Err(MetaError::InvalidArgument(_))
     ));
 }

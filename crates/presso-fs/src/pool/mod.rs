@@ -339,6 +339,23 @@ impl Pool {
         })
     }
 
+    /// [`Pool::get_prop`] of each of `names`, in order, read in one metadata transaction.
+    pub fn get_props(&self, ino: u64, names: &[&str]) -> Result<Vec<(String, Option<u64>)>> {
+        let infos = names
+            .iter()
+            .map(|name| props::info(name).map_err(FsError::Property))
+            .collect::<Result<Vec<_>>>()?;
+        let found = self.meta.get_props_effective(ino, names)?;
+        Ok(infos
+            .into_iter()
+            .zip(found)
+            .map(|(info, p)| match p {
+                Some(p) => (p.value, Some(p.source)),
+                None => (info.default.to_string(), None),
+            })
+            .collect())
+    }
+
     /// Sets a property on a directory or the pool (inode 0) after checking it; returns the value
     /// in canonical spelling. Affects new writes only.
     pub fn set_prop(&self, ino: u64, name: &str, value: &str) -> Result<String> {

@@ -216,6 +216,16 @@ impl Vfs {
             return Ok(node.clone());
         }
         let attr = self.pool.getattr(ino)?;
+        self.node_of(attr)
+    }
+
+    /// The node of the regular file whose committed attributes are `attr` (the one already in
+    /// memory, if any): for a file just created, whose attributes the creation returned.
+    pub(super) fn node_of(&self, attr: Attr) -> Result<Arc<FileNode>> {
+        let ino = attr.ino;
+        if let Some(node) = self.files.lock().get(&ino) {
+            return Ok(node.clone());
+        }
         match attr.kind {
             FileKind::File => {}
             FileKind::Dir => return Err(MetaError::IsDir.into()),
@@ -224,10 +234,9 @@ impl Vfs {
         // A file's record size is fixed (stored as its own property) at its first write, so
         // later property changes never change how its records map to offsets. Until then it
         // follows the inherited value, and opening or reading it writes nothing.
-        let (recordsize, recordsize_fixed) = match self.pool.own_prop(ino, props::RECORDSIZE)? {
-            Some(v) => (v, true),
-            None => (self.pool.prop(ino, props::RECORDSIZE)?, false),
-        };
+        // The effective value is the file's own when it has one, so one lookup tells both.
+        let (recordsize, source) = self.pool.get_prop(ino, props::RECORDSIZE)?;
+        let recordsize_fixed = source == Some(ino);
         let recordsize =
             crate::units::parse_recordsize(&recordsize).map_err(FsError::Property)? as u64;
         let node = Arc::new(FileNode {
@@ -262,10 +271,23 @@ impl Vfs {
     /// Opens a regular file and returns a handle number.
     pub fn open(&self, ino: u64) -> Result<u64> {
         let node = self.node(ino)?;
+        Ok(self.opened(&node))
+    }
+
+    /// Opens the regular file just created with attributes `attr` (as [`Vfs::make_node`]
+    /// returned them), without reading them back.
+    pub fn open_created(&self, attr: &Attr) -> Result<u64> {
+        let node = self.node_of(attr.clone())?;
+        // A new file has no records, so none lies past its size: its first write need not look.
+        node.state.lock().tail_checked = true;
+        Ok(self.opened(&node))
+    }
+
+    fn opened(&self, node: &FileNode) -> u64 {
         node.state.lock().open += 1;
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.handles.lock().insert(fh, ino);
-        Ok(fh)
+        self.handles.lock().insert(fh, node.ino);
+        fh
     }
 
     /// `close()` of one descriptor: starts compressing the file's partial records and reports a

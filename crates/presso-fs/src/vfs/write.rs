@@ -212,21 +212,17 @@ impl Vfs {
                 return Ok((spec, options));
             }
         }
-        let spec: CodecSpec = self
+        let values = self
             .pool
-            .prop(ino, props::COMPRESSION)?
+            .get_props(ino, &[props::COMPRESSION, props::THRESHOLD, props::OFFLOAD])?;
+        let [compression, threshold, offload] = [0, 1, 2].map(|i| values[i].0.as_str());
+        let spec: CodecSpec = compression
             .parse()
             .map_err(|e: presso_codec::SpecError| FsError::Property(e.to_string()))?;
-        let threshold = self
-            .pool
-            .prop(ino, props::THRESHOLD)?
+        let threshold = threshold
             .parse()
             .map_err(|e: presso_codec::ThresholdError| FsError::Property(e.to_string()))?;
-        let offload = self
-            .pool
-            .prop(ino, props::OFFLOAD)?
-            .parse::<Offload>()
-            .map_err(FsError::Property)?;
+        let offload = offload.parse::<Offload>().map_err(FsError::Property)?;
         let options = JobOptions {
             threshold,
             offload: offload != Offload::Off,

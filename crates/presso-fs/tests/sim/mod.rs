@@ -117,7 +117,11 @@ impl Fs {
             .vfs()
             .make_node(ROOT_INO, &name(name_n), &NewNode::file(0o644, 0, 0))
             .map_err(|e| fail("create", e))?;
-        let fh = self.vfs().open(attr.ino).map_err(|e| fail("open", e))?;
+        // As the FUSE CREATE does: the new file is opened with the attributes just made.
+        let fh = self
+            .vfs()
+            .open_created(&attr)
+            .map_err(|e| fail("open", e))?;
         self.inos.insert(id, attr.ino);
         self.handles.insert(id, fh);
         Ok(())
