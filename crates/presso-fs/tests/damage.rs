@@ -6,8 +6,11 @@
 //! with a message that says what to do, and the refused open changes no byte of the pool.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+mod common;
+
+use common::{noise, TempDir};
 use presso_fs::maintenance;
 use presso_fs::pool::{Pool, PoolOptions};
 use presso_fs::vfs::{Vfs, VfsConfig};
@@ -17,41 +20,6 @@ use presso_store::segment::segment_file_name;
 const RECORD: usize = 16 << 10;
 const FILES: u64 = 10;
 const RECORDS_PER_FILE: usize = 3;
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let path = std::env::temp_dir().join(format!(
-            "presso-damage-{tag}-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        ));
-        TempDir(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Bytes that do not compress (so every record is a frame of its own in a segment).
-fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 fn options() -> PoolOptions {
     PoolOptions {
@@ -206,7 +174,7 @@ fn check_mounts(
 /// segment (the first and a middle one) and of the very last record of the last segment.
 #[test]
 fn a_flipped_byte_in_an_entry_costs_exactly_that_record() {
-    let base = TempDir::new("entry");
+    let base = TempDir::new("damage", "entry");
     let files = build(&base.0);
     let recs = records(&base.0, &files);
     let last_segment = recs.iter().map(|(_, _, r)| r.segment).max().unwrap();
@@ -233,7 +201,7 @@ fn a_flipped_byte_in_an_entry_costs_exactly_that_record() {
     ] {
         for (place, (ino, index, rec)) in [("first", first), ("middle", middle), ("last", last)] {
             let case = format!("{field} of the {place} record");
-            let dir = TempDir::new("case");
+            let dir = TempDir::new("damage", "case");
             copy_pool(&base.0, &dir.0);
             let segment = dir.0.join(segment_file_name(rec.segment));
             flip(&segment, rec.offset + at);
@@ -252,7 +220,7 @@ fn a_flipped_byte_in_an_entry_costs_exactly_that_record() {
 /// every record reads back.
 #[test]
 fn a_flipped_byte_in_a_segment_header_or_the_lock_file_costs_nothing() {
-    let base = TempDir::new("header");
+    let base = TempDir::new("damage", "header");
     let files = build(&base.0);
     let recs = records(&base.0, &files);
     let last_segment = recs.iter().map(|(_, _, r)| r.segment).max().unwrap();
@@ -264,7 +232,7 @@ fn a_flipped_byte_in_a_segment_header_or_the_lock_file_costs_nothing() {
             ("CRC-32", 33),
         ] {
             let case = format!("{field} of the {place} segment's header");
-            let dir = TempDir::new("case");
+            let dir = TempDir::new("damage", "case");
             copy_pool(&base.0, &dir.0);
             flip(&dir.0.join(segment_file_name(segment)), at);
             let report = check_mounts(&case, &dir.0, &files, None);
@@ -272,7 +240,7 @@ fn a_flipped_byte_in_a_segment_header_or_the_lock_file_costs_nothing() {
             assert_eq!(named, vec![segment], "{case}");
         }
     }
-    let dir = TempDir::new("lock");
+    let dir = TempDir::new("damage", "lock");
     copy_pool(&base.0, &dir.0);
     let lock = dir.0.join(presso_store::LOCK_FILE);
     std::fs::write(&lock, b"\xff\x00garbage").unwrap();
@@ -284,7 +252,7 @@ fn a_flipped_byte_in_a_segment_header_or_the_lock_file_costs_nothing() {
 /// do; the refused open changes no byte of the pool.
 #[test]
 fn a_refused_open_changes_nothing() {
-    let base = TempDir::new("refused");
+    let base = TempDir::new("damage", "refused");
     let files = build(&base.0);
     drop(files);
     for (what, file, at) in [
@@ -292,7 +260,7 @@ fn a_refused_open_changes_nothing() {
         ("pool header uuid", presso_store::header::POOL_FILE, 20),
         ("metadata header", "meta.db", 3),
     ] {
-        let dir = TempDir::new("case");
+        let dir = TempDir::new("damage", "case");
         copy_pool(&base.0, &dir.0);
         flip(&dir.0.join(file), at);
         let before = snapshot(&dir.0);

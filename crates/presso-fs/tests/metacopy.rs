@@ -1,30 +1,18 @@
 //! The pool's own copy of its metadata (`meta.db.copy`): refreshed while the pool changes and at
 //! every clean close, always whole, and enough to get every file back when `meta.db` is lost.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::TempDir;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use presso_fs::pool::{Pool, PoolOptions, COPY_FILE};
 use presso_fs::vfs::{Vfs, VfsConfig};
 use presso_meta::{MetaStore, NewNode, ROOT_INO};
 
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn temp_pool(tag: &str) -> TempDir {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let dir = TempDir(std::env::temp_dir().join(format!(
-        "presso-metacopy-{tag}-{}-{nanos}",
-        std::process::id()
-    )));
+    let dir = TempDir::new("metacopy", tag);
     Pool::create(&dir.0, &[]).expect("create");
     dir
 }

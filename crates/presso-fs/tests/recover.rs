@@ -1,8 +1,11 @@
 //! `presso recover`: rebuilding a pool whose `meta.db` is deleted, emptied or corrupted, from
 //! its metadata copy (older than the newest data) and the tagged entries of its segments.
 
+mod common;
+
+use common::TempDir;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,23 +16,8 @@ use presso_fs::vfs::{Vfs, VfsConfig};
 use presso_fs::FsError;
 use presso_meta::{FileKind, NewNode, ROOT_INO};
 
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn temp_pool(tag: &str) -> TempDir {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let dir = TempDir(std::env::temp_dir().join(format!(
-        "presso-recover-{tag}-{}-{nanos}",
-        std::process::id()
-    )));
+    let dir = TempDir::new("recover", tag);
     Pool::create(&dir.0, &[("compression".into(), "lz4".into())]).expect("create");
     dir
 }

@@ -2,10 +2,12 @@
 //! run while `presso scrub` does. Scrub must neither fail nor report damage because collection
 //! moved records and removed their old segments under it.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+mod common;
+
+use common::{noise, TempDir};
 use presso_fs::maintenance;
 use presso_fs::pool::{Pool, PoolOptions};
 use presso_fs::vfs::{Vfs, VfsConfig};
@@ -15,37 +17,9 @@ const RECORD: usize = 16 << 10;
 const FILES: u64 = 8;
 const RECORDS_PER_FILE: usize = 48;
 
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Bytes that do not compress, so every record is a frame of its own in a segment.
-fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 #[test]
 fn scrub_during_collection_finds_everything_intact() {
-    let dir = TempDir(std::env::temp_dir().join(format!(
-        "presso-scrub-gc-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    )));
+    let dir = TempDir::new("scrub-gc", "pool");
     let props = [
         ("compression".to_string(), "lz4".to_string()),
         ("recordsize".to_string(), "16K".to_string()),
