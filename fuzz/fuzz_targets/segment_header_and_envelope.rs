@@ -20,8 +20,9 @@ use std::sync::Arc;
 use libfuzzer_sys::fuzz_target;
 use presso_store::header::{POOL_FILE, POOL_VERSION};
 use presso_store::segment::{
-    decode_entry, encode_entry, segment_file_name, SegmentHeader, ENTRY_HEADER_LEN,
-    SEGMENT_HEADER_LEN,
+    decode_entry, decode_tagged_entry, encode_entry, encode_entry_v1, encode_tagged_entry,
+    segment_file_name,
+    EntryFormat, SegmentHeader, ENTRY_HEADER_LEN, SEGMENT_HEADER_LEN,
 };
 use presso_store::{Committed, Location, PoolHeader, SimDir, Store, StoreConfig, StoreError};
 
@@ -112,8 +113,13 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(h.encode()[..], bytes[..HEADER_LEN]);
     }
     if bytes.len() > HEADER_LEN {
-        if let Ok(payload) = decode_entry(&bytes[HEADER_LEN..]) {
-            assert_eq!(encode_entry(payload), bytes[HEADER_LEN..]);
+        if let Ok((header, payload)) = decode_tagged_entry(&bytes[HEADER_LEN..]) {
+            // Its own encoding, in its own format and with its own tag.
+            let again = match header.format {
+                EntryFormat::V1 => encode_entry_v1(payload),
+                EntryFormat::V2 => encode_tagged_entry(payload, header.tag.as_ref()),
+            };
+            assert_eq!(again, bytes[HEADER_LEN..]);
         }
     }
 

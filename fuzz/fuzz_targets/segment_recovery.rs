@@ -5,7 +5,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use presso_store::segment::{
-    decode_entry, decode_entry_header, scan_entries, scan_segment, SegmentHeader,
+    decode_entry, decode_entry_header, decode_tagged_entry, scan_entries, scan_segment,
+    EntryFormat, SegmentHeader,
 };
 use presso_store::{PoolHeader, SimDir, StorageDir};
 
@@ -20,10 +21,16 @@ fuzz_target!(|data: &[u8]| {
     let _ = SegmentHeader::decode(data, "seg-1.dat");
     let _ = decode_entry(data);
 
+    // The segment's format (its header names it): odd lengths scan as format 1, the rest as 2.
+    let format = if data.len() % 2 == 1 {
+        EntryFormat::V1
+    } else {
+        EntryFormat::V2
+    };
     let dir = SimDir::new();
     dir.set_contents("seg-1.dat", data);
     let storage = dir.open("seg-1.dat").expect("the file was just written");
-    if let Ok(scan) = scan_segment(storage.as_ref(), 0) {
+    if let Ok(scan) = scan_segment(storage.as_ref(), 0, format) {
         assert!(scan.good_end <= scan.file_len);
         // Every entry before good_end decodes again, one after another (the damaged ones only
         // by their envelope header).
@@ -39,7 +46,7 @@ fuzz_target!(|data: &[u8]| {
     }
 
     // The scrub scan tiles the file exactly with valid entries and damaged stretches.
-    if let Ok(scan) = scan_entries(storage.as_ref(), 0, u64::MAX) {
+    if let Ok(scan) = scan_entries(storage.as_ref(), 0, u64::MAX, format) {
         let mut pieces: Vec<(u64, u64, bool)> = scan
             .entries
             .iter()
@@ -53,7 +60,11 @@ fuzz_target!(|data: &[u8]| {
             assert!(len > 0);
             let bytes = &data[off as usize..(off + len) as usize];
             if valid {
-                assert!(decode_entry(bytes).is_ok(), "listed entry at {off} does not verify");
+                let entry = decode_tagged_entry(bytes);
+                assert!(
+                    entry.is_ok_and(|(h, _)| h.format == format),
+                    "listed entry at {off} does not verify as one of its segment's format"
+                );
             }
             at = off + len;
         }

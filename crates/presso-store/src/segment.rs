@@ -133,14 +133,21 @@ pub struct ScanResult {
 /// file). An entry whose envelope header verifies but whose payload does not is a torn tail
 /// unless a valid entry follows it; then it is recorded in `damaged` and the scan goes on.
 /// Never allocates more than the file holds.
-pub fn scan_segment(storage: &dyn Storage, start: u64) -> io::Result<ScanResult> {
+///
+/// Only envelopes of `format` (the segment's own, from its header) count: an envelope of the
+/// other format inside it is damage, since no build writes one there.
+pub fn scan_segment(
+    storage: &dyn Storage,
+    start: u64,
+    format: EntryFormat,
+) -> io::Result<ScanResult> {
     let file_len = storage.len()?;
     let mut win = Window::new(storage, file_len);
     let mut pos = start;
     let mut entries = 0;
     let mut damaged = Vec::new();
     let stop = loop {
-        match probe(&mut win, pos)? {
+        match probe(&mut win, pos, format)? {
             Probe::End => break None,
             Probe::Valid(header) => {
                 pos += header.entry_len();
@@ -148,7 +155,7 @@ pub fn scan_segment(storage: &dyn Storage, start: u64) -> io::Result<ScanResult>
             }
             Probe::BadPayload(header) => {
                 let need = header.entry_len();
-                if !matches!(probe(&mut win, pos + need)?, Probe::Valid(_)) {
+                if !matches!(probe(&mut win, pos + need, format)?, Probe::Valid(_)) {
                     break Some((pos, EnvelopeError::BadPayloadCrc));
                 }
                 damaged.push(pos);
@@ -218,13 +225,19 @@ pub struct EntryScan {
 /// itself hold a valid entry (a segment file stored in the file system, uncompressed), so an
 /// entry found by that search can lie inside a damaged entry's payload; such an entry is
 /// unreferenced and harmless. Never allocates more than the file holds.
-pub fn scan_entries(storage: &dyn Storage, start: u64, end: u64) -> io::Result<EntryScan> {
+/// Only envelopes of `format` (the segment's own) count, as in [`scan_segment`].
+pub fn scan_entries(
+    storage: &dyn Storage,
+    start: u64,
+    end: u64,
+    format: EntryFormat,
+) -> io::Result<EntryScan> {
     let end = end.min(storage.len()?);
     let mut win = Window::new(storage, end);
     let mut pos = start;
     let mut scan = EntryScan::default();
     loop {
-        match probe(&mut win, pos)? {
+        match probe(&mut win, pos, format)? {
             Probe::End => break,
             Probe::Valid(header) => {
                 scan.entries.push(ScannedEntry {
@@ -244,7 +257,7 @@ pub fn scan_entries(storage: &dyn Storage, start: u64, end: u64) -> io::Result<E
                 pos += header.entry_len();
             }
             Probe::Invalid(error) => {
-                let next = find_envelope(&mut win, pos + 1)?;
+                let next = find_envelope(&mut win, pos + 1, format)?;
                 scan.damaged.push(DamagedEntry {
                     offset: pos,
                     len: next - pos,
@@ -309,14 +322,15 @@ enum Probe {
     Invalid(EnvelopeError),
 }
 
-fn probe(win: &mut Window<'_>, pos: u64) -> io::Result<Probe> {
+fn probe(win: &mut Window<'_>, pos: u64, format: EntryFormat) -> io::Result<Probe> {
     let left = win.limit.saturating_sub(pos);
     if left == 0 {
         return Ok(Probe::End);
     }
     let avail = left.min(ENTRY_HEADER_LEN as u64) as usize;
     let header = match decode_entry_header(win.get(pos, avail)?) {
-        Ok(header) => header,
+        Ok(header) if header.format == format => header,
+        Ok(_) => return Ok(Probe::Invalid(EnvelopeError::BadMagic)),
         Err(e) => return Ok(Probe::Invalid(e)),
     };
     let need = header.entry_len();
@@ -335,9 +349,9 @@ fn probe(win: &mut Window<'_>, pos: u64) -> io::Result<Probe> {
     })
 }
 
-/// The first position from `from` holding an envelope header (of either format) that verifies
-/// and whose entry fits below the limit, or the limit if there is none.
-fn find_envelope(win: &mut Window<'_>, from: u64) -> io::Result<u64> {
+/// The first position from `from` holding an envelope header of `format` that verifies and whose
+/// entry fits below the limit, or the limit if there is none.
+fn find_envelope(win: &mut Window<'_>, from: u64, format: EntryFormat) -> io::Result<u64> {
     let limit = win.limit;
     let mut at = from;
     while limit.saturating_sub(at) >= ENTRY_V1_HEADER_LEN as u64 {
@@ -356,7 +370,7 @@ fn find_envelope(win: &mut Window<'_>, from: u64) -> io::Result<u64> {
                 continue;
             }
             let h = &chunk[i..(i + ENTRY_HEADER_LEN).min(n)];
-            if let Ok(header) = decode_entry_header(h) {
+            if let Some(header) = decode_entry_header(h).ok().filter(|h| h.format == format) {
                 let candidate = at + i as u64;
                 if header.entry_len() <= limit - candidate {
                     return Ok(candidate);

@@ -11,8 +11,9 @@ use presso_store::header::{
     OFF_MAGIC, OFF_PROPS, OFF_PROPS_LEN, OFF_RESERVED, OFF_VERSION, POOL_FILE, POOL_VERSION,
 };
 use presso_store::segment::{
-    decode_entry, decode_entry_header, encode_entry, encode_entry_header, SegmentHeader,
-    ENTRY_HEADER_LEN, SEGMENT_HEADER_LEN,
+    decode_entry, decode_entry_header, decode_tagged_entry, encode_entry, encode_entry_header,
+    encode_entry_v1, encode_tagged_entry, EntryFormat, SegmentHeader, ENTRY_HEADER_LEN,
+    SEGMENT_HEADER_LEN,
 };
 use presso_store::{EnvelopeError, PoolHeader, StoreError};
 use proptest::prelude::*;
@@ -106,8 +107,13 @@ fn check_segment_header_parse(bytes: &[u8]) -> Result<(), TestCaseError> {
 }
 
 fn check_entry_parse(bytes: &[u8]) -> Result<(), TestCaseError> {
-    if let Ok(payload) = decode_entry(bytes) {
-        prop_assert_eq!(encode_entry(payload), bytes.to_vec());
+    if let Ok((header, payload)) = decode_tagged_entry(bytes) {
+        // Its own encoding, in its own format and with its own tag.
+        let again = match header.format {
+            EntryFormat::V1 => encode_entry_v1(payload),
+            EntryFormat::V2 => encode_tagged_entry(payload, header.tag.as_ref()),
+        };
+        prop_assert_eq!(again, bytes.to_vec());
     }
     if let Some(h) = bytes.get(..ENTRY_HEADER_LEN) {
         let h: &[u8; ENTRY_HEADER_LEN] = h.try_into().unwrap();

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use common::{config, payload, TempDir};
 use presso_store::segment::{
-    decode_entry, encode_entry, scan_segment, segment_file_name, EnvelopeError, SegmentHeader,
-    ENTRY_HEADER_LEN, SEGMENT_HEADER_LEN,
+    decode_entry, encode_entry, scan_segment, segment_file_name, EntryFormat, EnvelopeError,
+    SegmentHeader, ENTRY_HEADER_LEN, SEGMENT_HEADER_LEN,
 };
 use presso_store::{Committed, SimDir, StorageDir, Store, StoreError};
 use proptest::prelude::*;
@@ -209,7 +209,7 @@ proptest! {
         let name = segment_file_name(1);
         sim.set_contents(&name, &bytes);
         let storage = sim.open(&name).unwrap();
-        let scan = scan_segment(storage.as_ref(), SEGMENT_HEADER_LEN).unwrap();
+        let scan = scan_segment(storage.as_ref(), SEGMENT_HEADER_LEN, EntryFormat::V2).unwrap();
         prop_assert!(scan.good_end <= bytes.len().max(SEGMENT_HEADER_LEN as usize) as u64);
         if let Ok(store) = Store::open(Arc::new(sim.clone()), config(1 << 20), &Committed::default()) {
             let len = storage_len(&sim, &name);

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use presso_meta::{MetaStore, POOL_INO};
-use presso_store::segment::{scan_entries, SEGMENT_HEADER_LEN};
+use presso_store::segment::{scan_entries, EntryFormat, SEGMENT_HEADER_LEN};
 use presso_store::{Committed, FsDir, Location, StorageDir, Store, StoreConfig, StoreError};
 use serde::Serialize;
 
@@ -163,7 +163,16 @@ fn committed_from_segments(dir: &dyn StorageDir) -> Result<Committed> {
         let storage = dir
             .open(&name)
             .map_err(|e| FsError::io(format!("cannot open {name}"), e))?;
-        let scan = scan_entries(storage.as_ref(), SEGMENT_HEADER_LEN, u64::MAX)
+        // The entries' format is the one the segment's header names; with a damaged header,
+        // this build's (the store's open reports the damage either way).
+        let format = storage
+            .read_vec_at(SEGMENT_HEADER_LEN as usize, 0)
+            .ok()
+            .and_then(|h| presso_store::segment::SegmentHeader::decode(&h, &name).ok())
+            .map_or(EntryFormat::V2, |h| {
+                EntryFormat::of_segment_version(h.version)
+            });
+        let scan = scan_entries(storage.as_ref(), SEGMENT_HEADER_LEN, u64::MAX, format)
             .map_err(|e| FsError::io(format!("cannot read {name}"), e))?;
         if let Some(e) = scan.entries.last() {
             committed.last_entries.insert(

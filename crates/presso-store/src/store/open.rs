@@ -269,7 +269,7 @@ pub(super) fn recover_last_segment(
         report.kept_damage = true;
         return Ok((LastSegment::Sealed(segment(storage, len)), report));
     }
-    let scan = scan_segment(storage.as_ref(), SEGMENT_HEADER_LEN)
+    let scan = scan_segment(storage.as_ref(), SEGMENT_HEADER_LEN, format)
         .map_err(|e| io_error(&name, SEGMENT_HEADER_LEN, "read", e))?;
     report.entries = scan.entries;
     report.damaged = scan.damaged;

@@ -137,7 +137,7 @@ impl Store {
     pub fn entries(&self, segment: u64) -> Result<SegmentEntries> {
         let seg = self.segment(segment)?;
         let end = seg.end.load(Ordering::Acquire);
-        let scan = scan_entries(seg.storage.as_ref(), SEGMENT_HEADER_LEN, end)
+        let scan = scan_entries(seg.storage.as_ref(), SEGMENT_HEADER_LEN, end, seg.format)
             .map_err(|e| io_error(&seg.name, SEGMENT_HEADER_LEN, "read", e))?;
         Ok(SegmentEntries {
             segment,
