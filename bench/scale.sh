@@ -48,35 +48,7 @@ trap 'kill $sampler 2>/dev/null || true; cleanup' EXIT INT TERM
 results=$work/results.tsv
 : > "$results"
 # many_files OP DIR N PER_DIR: one process runs the whole phase and prints its seconds.
-many_files() {
-  python3 - "$@" <<'PY'
-import os, sys, time
-op, root, n, per_dir = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-data = b"x" * 100
-started = time.monotonic()
-if op == "readdir":
-    seen = 0
-    for d in sorted(os.listdir(root)) if per_dir < n else [""]:
-        with os.scandir(os.path.join(root, d)) as it:
-            seen += sum(1 for _ in it)
-    assert seen == n, f"readdir saw {seen} of {n}"
-else:
-    for i in range(n):
-        d = os.path.join(root, f"d{i // per_dir:05d}") if per_dir < n else root
-        if op == "create" and i % per_dir == 0 and per_dir < n:
-            os.mkdir(d)
-        p = os.path.join(d, f"f{i:07d}")
-        if op == "create":
-            fd = os.open(p, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o644)
-            os.write(fd, data)
-            os.close(fd)
-        elif op == "stat":
-            os.stat(p)
-        else:
-            os.unlink(p)
-print(f"{time.monotonic() - started:.3f}")
-PY
-}
+many_files() { python3 bench/lib/many_files.py "$@"; }
 # Bytes of the metadata's pages in use (not its file size: freed pages stay in the file), read
 # from an unmounted pool.
 meta_bytes() {
