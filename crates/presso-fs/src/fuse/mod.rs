@@ -9,18 +9,23 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use crossbeam_channel::{unbounded, Sender};
 use fuser::{
-    FileAttr, FileType, Filesystem, KernelConfig, MountOption, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow,
+    Filesystem, KernelConfig, MountOption, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow,
 };
-use presso_meta::{Attr, FileKind, NewNode, SetAttr, Timespec};
+use presso_meta::{FileKind, NewNode, SetAttr, Timespec};
+
+mod convert;
 
 use crate::error::FsError;
-use crate::vfs::{Caller, Vfs};
+use crate::vfs::Vfs;
+use convert::{
+    attr, caller, empty, entry, errno, file_attr, kind, removed_file_attr, time, time_or_now,
+};
 
 const TTL: Duration = Duration::from_secs(1);
 /// INIT flag of protocol 7.33 (the FUSE library here speaks 7.31, whose flag word already has
@@ -89,127 +94,6 @@ pub fn mount_options(
         MountOption::RW
     });
     options
-}
-
-fn time(t: Timespec) -> SystemTime {
-    if t.secs >= 0 {
-        UNIX_EPOCH + Duration::new(t.secs as u64, t.nsec)
-    } else {
-        UNIX_EPOCH - Duration::from_secs(t.secs.unsigned_abs())
-            + Duration::from_nanos(t.nsec.into())
-    }
-}
-
-fn timespec(t: SystemTime) -> Timespec {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => Timespec {
-            secs: d.as_secs() as i64,
-            nsec: d.subsec_nanos(),
-        },
-        Err(e) => {
-            let d = e.duration();
-            let mut secs = -(d.as_secs() as i64);
-            let mut nsec = d.subsec_nanos();
-            if nsec > 0 {
-                secs -= 1;
-                nsec = 1_000_000_000 - nsec;
-            }
-            Timespec { secs, nsec }
-        }
-    }
-}
-
-fn time_or_now(t: TimeOrNow) -> Timespec {
-    match t {
-        TimeOrNow::Now => Timespec::now(),
-        TimeOrNow::SpecificTime(t) => timespec(t),
-    }
-}
-
-fn kind(k: FileKind) -> FileType {
-    match k {
-        FileKind::File => FileType::RegularFile,
-        FileKind::Dir => FileType::Directory,
-        FileKind::Symlink => FileType::Symlink,
-        FileKind::Fifo => FileType::NamedPipe,
-        FileKind::Socket => FileType::Socket,
-        FileKind::CharDevice => FileType::CharDevice,
-        FileKind::BlockDevice => FileType::BlockDevice,
-    }
-}
-
-fn file_attr(a: &Attr) -> FileAttr {
-    FileAttr {
-        ino: a.ino,
-        size: a.size,
-        blocks: a.size.div_ceil(512),
-        atime: time(a.atime),
-        mtime: time(a.mtime),
-        ctime: time(a.ctime),
-        crtime: time(a.ctime),
-        kind: kind(a.kind),
-        perm: (a.mode & 0o7777) as u16,
-        nlink: a.nlink,
-        uid: a.uid,
-        gid: a.gid,
-        rdev: a.rdev as u32,
-        blksize: 128 << 10,
-        flags: 0,
-    }
-}
-
-/// The attributes of a regular file that no longer exists: no links, no bytes, no permissions.
-fn removed_file_attr(ino: u64, atime: SystemTime, mtime: SystemTime) -> FileAttr {
-    FileAttr {
-        ino,
-        size: 0,
-        blocks: 0,
-        atime,
-        mtime,
-        ctime: mtime,
-        crtime: mtime,
-        kind: FileType::RegularFile,
-        perm: 0,
-        nlink: 0,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        blksize: 128 << 10,
-        flags: 0,
-    }
-}
-
-fn caller(req: &Request<'_>) -> Caller {
-    Caller {
-        uid: req.uid(),
-        gid: req.gid(),
-        pid: req.pid(),
-    }
-}
-
-fn errno(e: &FsError) -> i32 {
-    e.errno()
-}
-
-fn empty(reply: ReplyEmpty, result: Result<(), FsError>) {
-    match result {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(errno(&e)),
-    }
-}
-
-fn entry(reply: ReplyEntry, result: Result<Attr, FsError>) {
-    match result {
-        Ok(a) => reply.entry(&TTL, &file_attr(&a), 0),
-        Err(e) => reply.error(errno(&e)),
-    }
-}
-
-fn attr(reply: ReplyAttr, result: Result<Attr, FsError>) {
-    match result {
-        Ok(a) => reply.attr(&TTL, &file_attr(&a)),
-        Err(e) => reply.error(errno(&e)),
-    }
 }
 
 impl Filesystem for PressoFs {
