@@ -2,10 +2,11 @@
 //! run the FUSE session until unmount or a termination signal, then flush and close.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::control;
 use crate::error::{FsError, Result};
-use crate::fuse::{mount_options, PressoFs};
+use crate::fuse::{mount_options, PressoFs, DEFAULT_CACHE_TIMEOUT};
 use crate::pool::{Pool, PoolOptions};
 use crate::vfs::{Vfs, VfsConfig};
 
@@ -24,6 +25,9 @@ pub struct MountConfig {
     pub pool: PoolOptions,
     /// File-layer settings.
     pub vfs: VfsConfig,
+    /// How long the kernel may cache names and attributes ([`DEFAULT_CACHE_TIMEOUT`] unless
+    /// set).
+    pub cache_timeout: Option<Duration>,
 }
 
 /// Refuses a mount that would hide the pool itself or files already in the mount point.
@@ -125,9 +129,13 @@ pub fn serve(
             config.read_only,
             config.no_exec,
         );
-        let session =
-            fuser::Session::new(PressoFs::new(vfs.clone(), threads), &mountpoint, &options)
-                .map_err(|e| FsError::io(format!("cannot mount on {}", mountpoint.display()), e))?;
+        let ttl = config.cache_timeout.unwrap_or(DEFAULT_CACHE_TIMEOUT);
+        let session = fuser::Session::new(
+            PressoFs::new(vfs.clone(), threads, ttl),
+            &mountpoint,
+            &options,
+        )
+        .map_err(|e| FsError::io(format!("cannot mount on {}", mountpoint.display()), e))?;
         let socket = control::serve(vfs.clone(), &pool_path, mountpoint.clone())?;
         Ok((vfs, session, socket, mountpoint))
     };

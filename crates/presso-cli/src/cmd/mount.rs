@@ -22,8 +22,10 @@ use presso_fs::daemon::{self, MountConfig};
 
 Mount options (-o, comma-separated): allow_other (other users may enter, permissions still apply),
 ro, rw, noexec, exec, nonempty (mount over a directory that holds files, hiding them while
-mounted; refused otherwise), sync_interval=SECONDS (default 5; see below). The mount is private
-to its owner otherwise.
+mounted; refused otherwise), sync_interval=SECONDS (default 5; see below), cache_timeout=SECONDS
+(how long the kernel keeps names and attributes without asking the daemon; default 3600: every
+change passes through the kernel, which updates what it keeps, so a long timeout is safe and saves
+a request per stat). The mount is private to its owner otherwise.
 
 Durability: fsync, fdatasync, O_SYNC and O_DSYNC writes, fsync on a directory and unmount
 (`presso unmount`, or SIGTERM to the daemon) make what they cover durable before they return.
@@ -78,10 +80,13 @@ fn parse_options(options: &[String]) -> Result<MountConfig> {
             p if p.starts_with("sync_interval=") => {
                 config.vfs.sync_interval = sync_interval(&p["sync_interval=".len()..])?;
             }
+            p if p.starts_with("cache_timeout=") => {
+                config.cache_timeout = Some(cache_timeout(&p["cache_timeout=".len()..])?);
+            }
             p if IGNORED.contains(&p) || p.starts_with("x-") => {}
             p => bail!(
                 "unknown mount option '{p}'; valid: allow_other, ro, rw, noexec, exec, nonempty, \
-                 sync_interval=SECONDS"
+                 sync_interval=SECONDS, cache_timeout=SECONDS"
             ),
         }
     }
@@ -101,6 +106,23 @@ fn sync_interval(value: &str) -> Result<std::time::Duration> {
         _ => bail!(
             "sync_interval={value}: give seconds from 0.1 to {MAX_SYNC_INTERVAL_SECS} (e.g. \
              sync_interval=5); for a durable write at once use fsync, O_SYNC or O_DSYNC"
+        ),
+    }
+}
+
+/// The longest `cache_timeout` accepted: a day.
+const MAX_CACHE_TIMEOUT_SECS: f64 = 86400.0;
+
+/// Parses `cache_timeout=SECONDS`: seconds, decimals allowed, from 0 (the kernel asks every
+/// time) to a day.
+fn cache_timeout(value: &str) -> Result<std::time::Duration> {
+    match value.parse::<f64>() {
+        Ok(secs) if (0.0..=MAX_CACHE_TIMEOUT_SECS).contains(&secs) => {
+            Ok(std::time::Duration::from_secs_f64(secs))
+        }
+        _ => bail!(
+            "cache_timeout={value}: give seconds from 0 to {MAX_CACHE_TIMEOUT_SECS} (e.g. \
+             cache_timeout=1)"
         ),
     }
 }
@@ -259,6 +281,23 @@ mod tests {
             assert!(
                 e.to_string().contains("from 0.1 to 3600"),
                 "sync_interval={bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn cache_timeout_is_seconds_within_limits() {
+        use std::time::Duration;
+        assert_eq!(parse_options(&[]).unwrap().cache_timeout, None);
+        let c = parse_options(&["cache_timeout=0".into()]).unwrap();
+        assert_eq!(c.cache_timeout, Some(Duration::ZERO));
+        let c = parse_options(&["rw,cache_timeout=1.5".into()]).unwrap();
+        assert_eq!(c.cache_timeout, Some(Duration::from_millis(1500)));
+        for bad in ["-1", "86401", "1h", "", "nan", "inf"] {
+            let e = parse_options(&[format!("cache_timeout={bad}")]).unwrap_err();
+            assert!(
+                e.to_string().contains("from 0 to 86400"),
+                "cache_timeout={bad}: {e}"
             );
         }
     }

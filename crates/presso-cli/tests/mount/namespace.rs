@@ -230,3 +230,44 @@ fn unlinked_open_file_stays_readable_and_its_space_is_released_after_close() {
     assert_eq!(f.status()["logical_bytes"], replacement.len() as u64);
     assert_file_eq(&f.p("victim"), &replacement);
 }
+
+/// Missing names are cached by the kernel (negative entries, kept for the cache timeout), so
+/// every way a name comes into being or goes away must show at once through the mount.
+#[test]
+fn names_missing_then_made_or_removed_show_at_once() {
+    let f = Fixture::new("negative");
+    let missing = |name: &str| {
+        // Twice: the second answer may come from the kernel's negative entry.
+        for _ in 0..2 {
+            let e = std::fs::symlink_metadata(f.p(name)).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{name}");
+        }
+    };
+    let made: [(&str, &dyn Fn(&Path)); 5] = [
+        ("file", &|p| std::fs::write(p, b"data").unwrap()),
+        ("dir", &|p| std::fs::create_dir(p).unwrap()),
+        ("link", &|p| std::os::unix::fs::symlink("file", p).unwrap()),
+        ("hard", &|p| std::fs::hard_link(f.p("file"), p).unwrap()),
+        ("renamed", &|p| {
+            std::fs::write(f.p("source"), b"moved").unwrap();
+            std::fs::rename(f.p("source"), p).unwrap();
+        }),
+    ];
+    for (name, make) in made {
+        missing(name);
+        make(&f.p(name));
+        assert!(std::fs::symlink_metadata(f.p(name)).is_ok(), "{name} made");
+    }
+    missing("source");
+    assert_eq!(std::fs::read(f.p("renamed")).unwrap(), b"moved");
+    assert_eq!(std::fs::metadata(f.p("file")).unwrap().nlink(), 2);
+
+    std::fs::remove_file(f.p("hard")).unwrap();
+    std::fs::remove_dir(f.p("dir")).unwrap();
+    std::fs::rename(f.p("renamed"), f.p("back")).unwrap();
+    for name in ["hard", "dir", "renamed"] {
+        missing(name);
+    }
+    assert_eq!(std::fs::metadata(f.p("file")).unwrap().nlink(), 1);
+    assert_eq!(std::fs::read(f.p("back")).unwrap(), b"moved");
+}

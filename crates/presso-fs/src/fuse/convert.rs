@@ -6,7 +6,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{FileAttr, FileType, ReplyAttr, ReplyEmpty, ReplyEntry, Request, TimeOrNow};
 use presso_meta::{Attr, FileKind, Timespec};
 
-use super::TTL;
 use crate::error::FsError;
 use crate::vfs::Caller;
 
@@ -117,16 +116,28 @@ pub(super) fn empty(reply: ReplyEmpty, result: Result<(), FsError>) {
     }
 }
 
-pub(super) fn entry(reply: ReplyEntry, result: Result<Attr, FsError>) {
+pub(super) fn entry(reply: ReplyEntry, ttl: Duration, result: Result<Attr, FsError>) {
     match result {
-        Ok(a) => reply.entry(&TTL, &file_attr(&a), 0),
+        Ok(a) => reply.entry(&ttl, &file_attr(&a), 0),
         Err(e) => reply.error(errno(&e)),
     }
 }
 
-pub(super) fn attr(reply: ReplyAttr, result: Result<Attr, FsError>) {
+/// The reply to a LOOKUP: a name that does not exist is answered with inode 0, which the kernel
+/// keeps as a negative entry for `ttl` (a plain ENOENT is not cached, so every later stat or open
+/// of the missing name would ask again).
+pub(super) fn looked_up(reply: ReplyEntry, ttl: Duration, result: Result<Attr, FsError>) {
     match result {
-        Ok(a) => reply.attr(&TTL, &file_attr(&a)),
+        Err(e) if e.errno() == libc::ENOENT => {
+            reply.entry(&ttl, &removed_file_attr(0, UNIX_EPOCH, UNIX_EPOCH), 0)
+        }
+        result => entry(reply, ttl, result),
+    }
+}
+
+pub(super) fn attr(reply: ReplyAttr, ttl: Duration, result: Result<Attr, FsError>) {
+    match result {
+        Ok(a) => reply.attr(&ttl, &file_attr(&a)),
         Err(e) => reply.error(errno(&e)),
     }
 }

@@ -24,10 +24,15 @@ mod convert;
 use crate::error::FsError;
 use crate::vfs::Vfs;
 use convert::{
-    attr, caller, empty, entry, errno, file_attr, kind, removed_file_attr, time, time_or_now,
+    attr, caller, empty, entry, errno, file_attr, kind, looked_up, removed_file_attr, time,
+    time_or_now,
 };
 
-const TTL: Duration = Duration::from_secs(1);
+/// How long the kernel may keep names and attributes without asking again, by default. One
+/// daemon owns a pool and every change to it passes through the kernel, which updates or drops
+/// what it cached as it forwards the change, so nothing it keeps goes stale while mounted: the
+/// timeout only bounds how long memory of a name is kept, like a local file system's caches.
+pub const DEFAULT_CACHE_TIMEOUT: Duration = Duration::from_secs(3600);
 /// INIT flag of protocol 7.33 (the FUSE library here speaks 7.31, whose flag word already has
 /// room for it): the file system, not the kernel, drops privileges on write, truncate and chown.
 const FUSE_HANDLE_KILLPRIV_V2: u32 = 1 << 28;
@@ -41,11 +46,14 @@ type Task = Box<dyn FnOnce() + Send>;
 pub struct PressoFs {
     vfs: Arc<Vfs>,
     tasks: Sender<Task>,
+    /// How long the kernel may cache names and attributes.
+    ttl: Duration,
 }
 
 impl PressoFs {
-    /// Wraps `vfs`, with `threads` workers for blocking requests.
-    pub fn new(vfs: Arc<Vfs>, threads: usize) -> PressoFs {
+    /// Wraps `vfs`, with `threads` workers for blocking requests; the kernel may cache names
+    /// and attributes for `ttl`.
+    pub fn new(vfs: Arc<Vfs>, threads: usize, ttl: Duration) -> PressoFs {
         let (tx, rx) = unbounded::<Task>();
         for i in 0..threads.max(1) {
             let rx = rx.clone();
@@ -59,7 +67,11 @@ impl PressoFs {
                     }
                 });
         }
-        PressoFs { vfs, tasks: tx }
+        PressoFs {
+            vfs,
+            tasks: tx,
+            ttl,
+        }
     }
 
     fn spawn(&self, task: impl FnOnce(Arc<Vfs>) + Send + 'static) {
@@ -120,11 +132,11 @@ impl Filesystem for PressoFs {
     }
 
     fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
-        entry(reply, self.vfs.lookup(parent, name.as_bytes()))
+        looked_up(reply, self.ttl, self.vfs.lookup(parent, name.as_bytes()))
     }
 
     fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
-        attr(reply, self.vfs.getattr(ino))
+        attr(reply, self.ttl, self.vfs.getattr(ino))
     }
 
     fn setattr(
@@ -162,9 +174,9 @@ impl Filesystem for PressoFs {
             Err(e) if times_only && e.errno() == libc::ENOENT => {
                 let now = time(Timespec::now());
                 let at = |t: Option<TimeOrNow>| t.map_or(now, |t| time(time_or_now(t)));
-                reply.attr(&TTL, &removed_file_attr(ino, at(atime), at(mtime)));
+                reply.attr(&self.ttl, &removed_file_attr(ino, at(atime), at(mtime)));
             }
-            result => attr(reply, result),
+            result => attr(reply, self.ttl, result),
         }
     }
 
@@ -198,7 +210,7 @@ impl Filesystem for PressoFs {
         let made = node
             .map_err(FsError::from)
             .and_then(|node| self.vfs.make_node(parent, name.as_bytes(), &node));
-        entry(reply, made)
+        entry(reply, self.ttl, made)
     }
 
     fn mkdir(
@@ -211,7 +223,11 @@ impl Filesystem for PressoFs {
         reply: ReplyEntry,
     ) {
         let node = NewNode::dir(mode & 0o7777 & !umask, req.uid(), req.gid());
-        entry(reply, self.vfs.make_node(parent, name.as_bytes(), &node))
+        entry(
+            reply,
+            self.ttl,
+            self.vfs.make_node(parent, name.as_bytes(), &node),
+        )
     }
 
     fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
@@ -231,10 +247,8 @@ impl Filesystem for PressoFs {
         reply: ReplyEntry,
     ) {
         let node = NewNode::symlink(target.as_os_str().as_bytes(), req.uid(), req.gid());
-        entry(
-            reply,
-            self.vfs.make_node(parent, link_name.as_bytes(), &node),
-        )
+        let made = self.vfs.make_node(parent, link_name.as_bytes(), &node);
+        entry(reply, self.ttl, made)
     }
 
     fn rename(
@@ -271,7 +285,11 @@ impl Filesystem for PressoFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        entry(reply, self.vfs.link(ino, newparent, newname.as_bytes()))
+        entry(
+            reply,
+            self.ttl,
+            self.vfs.link(ino, newparent, newname.as_bytes()),
+        )
     }
 
     fn open(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
@@ -485,7 +503,7 @@ impl Filesystem for PressoFs {
             .make_node(parent, name.as_bytes(), &node)
             .and_then(|a| Ok((self.vfs.open_created(&a)?, a)));
         match result {
-            Ok((fh, a)) => reply.created(&TTL, &file_attr(&a), 0, fh, 0),
+            Ok((fh, a)) => reply.created(&self.ttl, &file_attr(&a), 0, fh, 0),
             Err(e) => reply.error(errno(&e)),
         }
     }
