@@ -243,7 +243,8 @@ fn names_missing_then_made_or_removed_show_at_once() {
             assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{name}");
         }
     };
-    let made: [(&str, &dyn Fn(&Path)); 5] = [
+    type Make<'a> = &'a dyn Fn(&Path);
+    let made: [(&str, Make); 5] = [
         ("file", &|p| std::fs::write(p, b"data").unwrap()),
         ("dir", &|p| std::fs::create_dir(p).unwrap()),
         ("link", &|p| std::os::unix::fs::symlink("file", p).unwrap()),
