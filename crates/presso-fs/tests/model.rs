@@ -610,7 +610,7 @@ fn a_created_file_takes_and_keeps_its_directorys_record_size() {
     let attr = vfs
         .make_node(dir, b"f", &NewNode::file(0o644, 0, 0))
         .unwrap();
-    let fh = vfs.open_created(&attr).unwrap();
+    let fh = vfs.open_created(dir, &attr).unwrap();
     assert_eq!(vfs.pool().own_prop(attr.ino, "recordsize").unwrap(), None);
     let bytes = data(7, 0, 40_000);
     assert_eq!(vfs.write(attr.ino, 0, &bytes).unwrap(), bytes.len());
@@ -640,4 +640,51 @@ fn a_created_file_takes_and_keeps_its_directorys_record_size() {
     assert_eq!(&read[..40_000], &bytes[..]);
     assert_eq!(&read[40_000..], &more[..]);
     vfs.release(attr.ino, fh).unwrap();
+}
+
+/// Files created through the FUSE CREATE path take their codec from the directory they are made
+/// in, also after a property changes and after their directory moved under another parent (the
+/// settings of directories are kept between creates, so both must make them be looked up again).
+#[test]
+fn a_created_file_compresses_with_its_directorys_codec_after_changes_and_moves() {
+    use presso_codec::CodecId;
+    use presso_meta::{NewNode, ROOT_INO};
+    let fs = Fs::new(&CONFIGS[1]);
+    let vfs = fs.vfs().clone();
+    let mkdir = |parent: u64, name: &[u8]| {
+        vfs.make_node(parent, name, &NewNode::dir(0o755, 0, 0))
+            .unwrap()
+            .ino
+    };
+    let (lz4, zstd) = (mkdir(ROOT_INO, b"lz4"), mkdir(ROOT_INO, b"zstd"));
+    vfs.set_prop(lz4, "compression", "lz4").unwrap();
+    vfs.set_prop(zstd, "compression", "zstd-3").unwrap();
+    let sub = mkdir(lz4, b"sub");
+    let text = data(3, 0, 100_000);
+    let codec_of_new_file = |dir: u64, name: &[u8]| {
+        let attr = vfs
+            .make_node(dir, name, &NewNode::file(0o644, 0, 0))
+            .unwrap();
+        let fh = vfs.open_created(dir, &attr).unwrap();
+        vfs.write(attr.ino, 0, &text).unwrap();
+        vfs.fsync(attr.ino).unwrap();
+        vfs.release(attr.ino, fh).unwrap();
+        assert_eq!(vfs.read(attr.ino, 0, 100_000).unwrap().as_ref(), &text[..]);
+        let codecs: Vec<u8> = vfs
+            .pool()
+            .records(attr.ino, ..)
+            .unwrap()
+            .into_iter()
+            .map(|(_, r)| r.codec)
+            .collect();
+        assert!(!codecs.is_empty());
+        assert!(codecs.iter().all(|&c| c == codecs[0]), "{codecs:?}");
+        codecs[0]
+    };
+    assert_eq!(codec_of_new_file(sub, b"a"), CodecId::Lz4 as u8);
+    assert_eq!(codec_of_new_file(sub, b"b"), CodecId::Lz4 as u8);
+    vfs.rename(lz4, b"sub", zstd, b"sub").unwrap();
+    assert_eq!(codec_of_new_file(sub, b"c"), CodecId::Zstd as u8);
+    vfs.set_prop(zstd, "compression", "lz4").unwrap();
+    assert_eq!(codec_of_new_file(sub, b"d"), CodecId::Lz4 as u8);
 }

@@ -114,6 +114,9 @@ struct Traffic {
     read: AtomicU64,
 }
 
+/// Directories whose codec settings are kept (all are dropped when more would be).
+const DIR_SETTINGS_KEPT: usize = 4096;
+
 /// The extended attribute holding a file's capabilities.
 const FILE_CAPABILITY: &[u8] = b"security.capability";
 
@@ -129,7 +132,12 @@ pub struct Vfs {
     config: VfsConfig,
     readahead: Sender<(u64, u64, RecordRef)>,
     low_space: AtomicBool,
+    /// Bumped by every property change and every rename to another directory: settings cached
+    /// with an older value are recomputed.
     props_generation: AtomicU64,
+    /// Codec settings of directories new files were created in, with the generation they were
+    /// computed at.
+    dir_settings: Mutex<HashMap<u64, (u64, CodecSpec, JobOptions)>>,
     traffic: Traffic,
     samples: Mutex<Vec<(Instant, u64, u64)>>,
     stopping: AtomicBool,
@@ -162,6 +170,7 @@ impl Vfs {
             readahead: tx,
             low_space: AtomicBool::new(false),
             props_generation: AtomicU64::new(0),
+            dir_settings: Mutex::new(HashMap::new()),
             traffic: Traffic::default(),
             samples: Mutex::new(vec![(Instant::now(), 0, 0)]),
             stopping: AtomicBool::new(false),
@@ -274,12 +283,22 @@ impl Vfs {
         Ok(self.opened(&node))
     }
 
-    /// Opens the regular file just created with attributes `attr` (as [`Vfs::make_node`]
-    /// returned them), without reading them back.
-    pub fn open_created(&self, attr: &Attr) -> Result<u64> {
+    /// Opens the regular file just created in directory `parent` with attributes `attr` (as
+    /// [`Vfs::make_node`] returned them), without reading them back.
+    pub fn open_created(&self, parent: u64, attr: &Attr) -> Result<u64> {
         let node = self.node_of(attr.clone())?;
-        // A new file has no records, so none lies past its size: its first write need not look.
-        node.state.lock().tail_checked = true;
+        // Looked up before the node lock is taken (no metadata call under it); on failure the
+        // first write looks again and reports the error.
+        let settings = self.settings_of_new_file(parent).ok();
+        {
+            let mut st = node.state.lock();
+            // A new file has no records, so none lies past its size: its first write need not
+            // look.
+            st.tail_checked = true;
+            if st.settings.is_none() {
+                st.settings = settings;
+            }
+        }
         Ok(self.opened(&node))
     }
 

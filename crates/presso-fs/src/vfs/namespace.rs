@@ -95,6 +95,7 @@ impl Vfs {
             .rename(parent, name, new_parent, new_name, &|ino| {
                 open.contains(&ino)
             })?;
+        self.moved(parent, new_parent);
         if let Some(gone) = replaced {
             self.name_dropped(&gone);
         }
@@ -111,7 +112,9 @@ impl Vfs {
         new_name: &[u8],
     ) -> Result<()> {
         self.pool
-            .rename_noreplace(parent, name, new_parent, new_name)
+            .rename_noreplace(parent, name, new_parent, new_name)?;
+        self.moved(parent, new_parent);
+        Ok(())
     }
 
     /// Swaps two existing names atomically (`RENAME_EXCHANGE`): nothing is removed, so open files
@@ -124,7 +127,17 @@ impl Vfs {
         other_name: &[u8],
     ) -> Result<()> {
         self.pool
-            .rename_exchange(parent, name, other_parent, other_name)
+            .rename_exchange(parent, name, other_parent, other_name)?;
+        self.moved(parent, other_parent);
+        Ok(())
+    }
+
+    /// After a rename from directory `from` to `to`: something that moved to another directory
+    /// inherits properties from there now, so every cached codec setting is recomputed.
+    fn moved(&self, from: u64, to: u64) {
+        if from != to {
+            self.props_generation.fetch_add(1, Ordering::SeqCst);
+        }
     }
 
     /// The file layer's side of a name going away (the pool already counted freed frames dead).

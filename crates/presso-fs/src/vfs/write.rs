@@ -204,7 +204,8 @@ impl Vfs {
         jobs
     }
 
-    /// Codec and options of new records of `ino`, cached until a property changes.
+    /// Codec and options of new records of `ino`, cached until a property changes or a rename
+    /// moves something to another directory.
     pub(super) fn settings(&self, ino: u64, st: &mut FileState) -> Result<(CodecSpec, JobOptions)> {
         let generation = self.props_generation.load(Ordering::SeqCst);
         if let Some((g, spec, options)) = st.settings {
@@ -212,6 +213,34 @@ impl Vfs {
                 return Ok((spec, options));
             }
         }
+        let (spec, options) = self.codec_settings(ino)?;
+        st.settings = Some((generation, spec, options));
+        Ok((spec, options))
+    }
+
+    /// [`Vfs::settings`] of a file created in directory `dir` just now: a new file has no
+    /// properties of its own, so its settings are the directory's, which are kept per directory
+    /// (one lookup for all the files made there, instead of a walk to the root for each).
+    pub(super) fn settings_of_new_file(&self, dir: u64) -> Result<(u64, CodecSpec, JobOptions)> {
+        let generation = self.props_generation.load(Ordering::SeqCst);
+        let mut known = self.dir_settings.lock();
+        if let Some(&(g, spec, options)) = known.get(&dir) {
+            if g == generation {
+                return Ok((generation, spec, options));
+            }
+        }
+        drop(known);
+        let (spec, options) = self.codec_settings(dir)?;
+        known = self.dir_settings.lock();
+        if known.len() >= DIR_SETTINGS_KEPT {
+            known.clear();
+        }
+        known.insert(dir, (generation, spec, options));
+        Ok((generation, spec, options))
+    }
+
+    /// The effective compression, threshold and offload properties of `ino`, parsed.
+    fn codec_settings(&self, ino: u64) -> Result<(CodecSpec, JobOptions)> {
         let values = self
             .pool
             .get_props(ino, &[props::COMPRESSION, props::THRESHOLD, props::OFFLOAD])?;
@@ -227,7 +256,6 @@ impl Vfs {
             threshold,
             offload: offload != Offload::Off,
         };
-        st.settings = Some((generation, spec, options));
         Ok((spec, options))
     }
 

@@ -120,7 +120,7 @@ impl Fs {
         // As the FUSE CREATE does: the new file is opened with the attributes just made.
         let fh = self
             .vfs()
-            .open_created(&attr)
+            .open_created(ROOT_INO, &attr)
             .map_err(|e| fail("open", e))?;
         self.inos.insert(id, attr.ino);
         self.handles.insert(id, fh);
