@@ -13,7 +13,8 @@
 # alike. Prints a markdown table of medians (seconds) and Presso ÷ ext4 against the targets
 # (tar x ≤ 2x, find ≤ 3x, rm -rf ≤ 1x). PRESSO_NS_TARBALL=FILE uses another tarball (the default
 # is /usr/src/linux-source-6.1.tar.xz, from Debian's linux-source-6.1, installed if missing);
-# PRESSO_COMPRESSION (default gzip-6) picks Presso's codec. Needs root (loop devices,
+# PRESSO_COMPRESSION (default gzip-6) picks Presso's codec; PRESSO_HALT_POLL_NS sets a virtual
+# machine's guest halt polling for the run (bench/lib/loopdisk.sh). Needs root (loop devices,
 # drop_caches).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -124,7 +125,7 @@ phases=("tar x" "find" "checkout" "create" "stat" "delete" "rm -rf")
 med() { awk -F'\t' -v t="$1" -v p="$2" '$1 == t && $2 == p { print $3 }' "$results" | median; }
 x() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 echo
-echo "Seconds, medians of $repeats alternating runs; $small small files; Presso compression=$compression."
+echo "Seconds, medians of $repeats alternating runs; $small small files; Presso compression=$compression; $(halt_poll_note)."
 echo
 header="| target |"; rule="|---|"
 for p in "${phases[@]}"; do header+=" $p |"; rule+="---:|"; done

@@ -9,6 +9,26 @@ disk=$work/disk
 img=$work/ext4.img
 loopdev=""
 
+# Guest halt polling (Linux's cpuidle-haltpoll in KVM and Firecracker guests): with it off, an
+# idle vCPU halts and each wake-up goes through the hypervisor, and every FUSE round trip has two
+# (the daemon's, then the caller's). docs/benchmarks.md shows what it changes. PRESSO_HALT_POLL_NS
+# sets it for the run (restored on exit); `halt_poll_note` tells the setting for the results.
+halt_poll=/sys/module/haltpoll/parameters/guest_halt_poll_ns
+halt_poll_saved=""
+if [ -n "${PRESSO_HALT_POLL_NS:-}" ]; then
+  [ -w "$halt_poll" ] || { echo "PRESSO_HALT_POLL_NS: no guest halt polling here ($halt_poll)" >&2; exit 1; }
+  halt_poll_saved=$(cat "$halt_poll")
+  trap cleanup EXIT INT TERM
+  echo "$PRESSO_HALT_POLL_NS" > "$halt_poll"
+fi
+halt_poll_note() {
+  if [ -r "$halt_poll" ]; then
+    echo "guest halt polling: $(cat "$halt_poll") ns"
+  else
+    echo "no guest halt polling (bare metal, or another idle driver)"
+  fi
+}
+
 now() { date +%s.%N; }
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
@@ -20,6 +40,7 @@ cleanup() {
   grep -qs " $disk " /proc/self/mountinfo && umount "$disk"
   [ -n "$loopdev" ] && losetup -d "$loopdev" 2>/dev/null || true
   rm -f "$img"
+  [ -z "$halt_poll_saved" ] || echo "$halt_poll_saved" > "$halt_poll"
 }
 
 # make_disk BYTES: a fresh ext4 of at least BYTES (whole MiB: a loop device with direct I/O
