@@ -14,7 +14,8 @@
 # (tar x ≤ 2x, find ≤ 3x, rm -rf ≤ 1x). PRESSO_NS_TARBALL=FILE uses another tarball (the default
 # is /usr/src/linux-source-6.1.tar.xz, from Debian's linux-source-6.1, installed if missing);
 # PRESSO_COMPRESSION (default gzip-6) picks Presso's codec; PRESSO_HALT_POLL_NS sets a virtual
-# machine's guest halt polling for the run (bench/lib/loopdisk.sh). Needs root (loop devices,
+# machine's guest halt polling for the run (bench/lib/loopdisk.sh); PRESSO_BIN=FILE measures that
+# build of presso instead of building this tree's. Needs root (loop devices,
 # drop_caches).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,8 +31,12 @@ fi
 [ -f "$tarball" ] || { echo "no tarball at $tarball (set PRESSO_NS_TARBALL)" >&2; exit 1; }
 bash scripts/install-packages.sh git xz-utils python3 btrfs-progs
 
-cargo build --release -q -p presso-cli
-presso=$PWD/target/release/presso
+if [ -n "${PRESSO_BIN:-}" ]; then
+  presso=$(realpath "$PRESSO_BIN")
+else
+  cargo build --release -q -p presso-cli
+  presso=$PWD/target/release/presso
+fi
 source bench/lib/loopdisk.sh
 
 # The tree, unpacked once on the host disk, and a repository of it for the checkout phase.
@@ -43,7 +48,7 @@ if [ ! -f "$work/.tree-of" ] || [ "$(cat "$work/.tree-of")" != "$tarball" ]; the
   echo "unpacking $tarball once and committing it to a repository (a minute or two)" >&2
   tar xf "$tarball" -C "$tree"
   git -C "$tree" init -q
-  git -C "$tree" add -A
+  git -C "$tree" add -A -f  # -f: the Debian tarball's .gitignore ignores everything
   git -C "$tree" -c user.name=bench -c user.email=bench@localhost commit -q -m tree
   git clone -q --bare "$tree" "$repo"
   echo "$tarball" > "$work/.tree-of"

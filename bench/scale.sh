@@ -10,7 +10,9 @@
 #
 #   bench/scale.sh [WORK_DIR=/var/tmp/presso-scale-bench]
 #
-# PRESSO_COMPRESSION (default gzip-6) picks the codec. Prints a markdown table. Needs root (loop
+# PRESSO_COMPRESSION (default gzip-6) picks the codec; PRESSO_BIN=FILE measures that build of
+# presso; PRESSO_HALT_POLL_NS sets a virtual machine's guest halt polling (bench/lib/loopdisk.sh).
+# Prints a markdown table. Needs root (loop
 # devices, drop_caches).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,8 +24,12 @@ compression=${PRESSO_COMPRESSION:-gzip-6}
 [ "$(id -u)" -eq 0 ] || { echo "needs root (loop devices, drop_caches)" >&2; exit 1; }
 bash scripts/install-packages.sh python3
 
-cargo build --release -q -p presso-cli
-presso=$PWD/target/release/presso
+if [ -n "${PRESSO_BIN:-}" ]; then
+  presso=$(realpath "$PRESSO_BIN")
+else
+  cargo build --release -q -p presso-cli
+  presso=$PWD/target/release/presso
+fi
 source bench/lib/loopdisk.sh
 # The big file compresses about 3x; the small files take a block each in the metadata at most.
 make_disk $(( gigabytes * 1000000000 / 2 + (files + dir_files) * 4096 + (4 << 30) ))
@@ -131,7 +137,7 @@ first() { head -n 1 "$1" | cut -f2; }
 last() { tail -n 1 "$1" | cut -f2; }
 peak=$(cut -f2 "$rss_log" | sort -n | tail -n 1)
 echo
-echo "Presso compression=$compression; rates in operations per second (one process, one at a time)."
+echo "Presso compression=$compression; $(halt_poll_note); rates in operations per second (one process, one at a time)."
 echo
 echo "| set | files | create/s | stat/s (cold) | readdir entries/s | delete/s | meta.db bytes per file |"
 echo "|---|---:|---:|---:|---:|---:|---:|"
