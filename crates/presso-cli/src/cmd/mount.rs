@@ -15,6 +15,7 @@ use presso_fs::daemon::{self, MountConfig};
   presso mount /srv/pool /mnt/data
   presso mount /srv/pool /mnt/data -o allow_other
   presso mount /srv/pool /mnt/data -o sync_interval=30   # durable within 30 s instead of 5 s
+  presso mount /srv/pool /mnt/data -o dirty_limit=64M,cache_size=16M   # a smaller daemon
   presso mount -f /srv/pool /mnt/data      # stay in the foreground (logs to stderr)
   mount -t fuse.presso /srv/pool /mnt/data # with the mount helper installed:
                                            #   ln -s $(command -v presso) /sbin/mount.fuse.presso
@@ -25,7 +26,10 @@ ro, rw, noexec, exec, nonempty (mount over a directory that holds files, hiding 
 mounted; refused otherwise), sync_interval=SECONDS (default 5; see below), cache_timeout=SECONDS
 (how long the kernel keeps names and attributes without asking the daemon; default 3600: every
 change passes through the kernel, which updates what it keeps, so a long timeout is safe and saves
-a request per stat). The mount is private to its owner otherwise.
+a request per stat), dirty_limit=SIZE (most bytes of written records waiting for compression
+before writers wait; default 256M) and cache_size=SIZE (decompressed records kept for reads;
+default 64M): with the engine's queue, these bound the daemon's memory whatever the data size.
+The mount is private to its owner otherwise.
 
 Durability: fsync, fdatasync, O_SYNC and O_DSYNC writes, fsync on a directory and unmount
 (`presso unmount`, or SIGTERM to the daemon) make what they cover durable before they return.
@@ -78,15 +82,28 @@ fn parse_options(options: &[String]) -> Result<MountConfig> {
             "nonempty" => config.nonempty = true,
             "exec" => config.no_exec = false,
             p if p.starts_with("sync_interval=") => {
-                config.vfs.sync_interval = sync_interval(&p["sync_interval=".len()..])?;
+                config.vfs.sync_interval = seconds(
+                    p,
+                    0.1..=MAX_SYNC_INTERVAL_SECS,
+                    "(e.g. sync_interval=5); for a durable write at once use fsync, O_SYNC or \
+                     O_DSYNC",
+                )?;
+            }
+            p if p.starts_with("dirty_limit=") => {
+                config.vfs.dirty_limit = memory_size(p)?;
+            }
+            p if p.starts_with("cache_size=") => {
+                config.vfs.cache_bytes = memory_size(p)?;
             }
             p if p.starts_with("cache_timeout=") => {
-                config.cache_timeout = Some(cache_timeout(&p["cache_timeout=".len()..])?);
+                // 0: the kernel asks every time.
+                let timeout = seconds(p, 0.0..=MAX_CACHE_TIMEOUT_SECS, "(e.g. cache_timeout=1)")?;
+                config.cache_timeout = Some(timeout);
             }
             p if IGNORED.contains(&p) || p.starts_with("x-") => {}
             p => bail!(
                 "unknown mount option '{p}'; valid: allow_other, ro, rw, noexec, exec, nonempty, \
-                 sync_interval=SECONDS, cache_timeout=SECONDS"
+                 sync_interval=SECONDS, cache_timeout=SECONDS, dirty_limit=SIZE, cache_size=SIZE"
             ),
         }
     }
@@ -97,35 +114,41 @@ fn parse_options(options: &[String]) -> Result<MountConfig> {
 /// should choose.
 const MAX_SYNC_INTERVAL_SECS: f64 = 3600.0;
 
-/// Parses `sync_interval=SECONDS`: seconds, decimals allowed, from 0.1 to an hour.
-fn sync_interval(value: &str) -> Result<std::time::Duration> {
+/// Parses `NAME=SECONDS` (decimals allowed) within `range`; the error gives the range and
+/// then `advice`.
+fn seconds(
+    option: &str,
+    range: std::ops::RangeInclusive<f64>,
+    advice: &str,
+) -> Result<std::time::Duration> {
+    let (name, value) = option.split_once('=').unwrap_or((option, ""));
     match value.parse::<f64>() {
-        Ok(secs) if (0.1..=MAX_SYNC_INTERVAL_SECS).contains(&secs) => {
-            Ok(std::time::Duration::from_secs_f64(secs))
-        }
+        Ok(secs) if range.contains(&secs) => Ok(std::time::Duration::from_secs_f64(secs)),
         _ => bail!(
-            "sync_interval={value}: give seconds from 0.1 to {MAX_SYNC_INTERVAL_SECS} (e.g. \
-             sync_interval=5); for a durable write at once use fsync, O_SYNC or O_DSYNC"
+            "{name}={value}: give seconds from {} to {} {advice}",
+            range.start(),
+            range.end()
         ),
+    }
+}
+
+/// Bounds of `dirty_limit=` and `cache_size=`: room for a few of the largest records, and no
+/// more than a machine could hold.
+const MIN_MEMORY_SIZE: u64 = 4 << 20;
+const MAX_MEMORY_SIZE: u64 = 1 << 40;
+
+/// Parses `NAME=SIZE` for one of the daemon's memory bounds (bytes, or K, M, G).
+fn memory_size(option: &str) -> Result<usize> {
+    let (name, value) = option.split_once('=').unwrap_or((option, ""));
+    match presso_fs::units::parse_size(value) {
+        Ok(bytes) if (MIN_MEMORY_SIZE..=MAX_MEMORY_SIZE).contains(&bytes) => Ok(bytes as usize),
+        Ok(_) => bail!("{name}={value}: give a size from 4M to 1024G (e.g. {name}=256M)"),
+        Err(e) => bail!("{name}={value}: {e}"),
     }
 }
 
 /// The longest `cache_timeout` accepted: a day.
 const MAX_CACHE_TIMEOUT_SECS: f64 = 86400.0;
-
-/// Parses `cache_timeout=SECONDS`: seconds, decimals allowed, from 0 (the kernel asks every
-/// time) to a day.
-fn cache_timeout(value: &str) -> Result<std::time::Duration> {
-    match value.parse::<f64>() {
-        Ok(secs) if (0.0..=MAX_CACHE_TIMEOUT_SECS).contains(&secs) => {
-            Ok(std::time::Duration::from_secs_f64(secs))
-        }
-        _ => bail!(
-            "cache_timeout={value}: give seconds from 0 to {MAX_CACHE_TIMEOUT_SECS} (e.g. \
-             cache_timeout=1)"
-        ),
-    }
-}
 
 /// Runs `presso mount`.
 pub fn run(args: MountArgs) -> Result<()> {
@@ -299,6 +322,27 @@ mod tests {
                 e.to_string().contains("from 0 to 86400"),
                 "cache_timeout={bad}: {e}"
             );
+        }
+    }
+
+    #[test]
+    fn memory_bounds_are_sizes_within_limits() {
+        let c = parse_options(&["dirty_limit=64M,cache_size=1G".into()]).unwrap();
+        assert_eq!(c.vfs.dirty_limit, 64 << 20);
+        assert_eq!(c.vfs.cache_bytes, 1 << 30);
+        let default = presso_fs::vfs::VfsConfig::default();
+        let c = parse_options(&[]).unwrap();
+        assert_eq!(
+            (c.vfs.dirty_limit, c.vfs.cache_bytes),
+            (default.dirty_limit, default.cache_bytes)
+        );
+        for bad in ["dirty_limit=1M", "cache_size=0", "cache_size=2048G"] {
+            let e = parse_options(&[bad.into()]).unwrap_err();
+            assert!(e.to_string().contains("from 4M to 1024G"), "{bad}: {e}");
+        }
+        for bad in ["dirty_limit=lots", "cache_size=", "cache_size=5T"] {
+            let e = parse_options(&[bad.into()]).unwrap_err();
+            assert!(e.to_string().contains("invalid size"), "{bad}: {e}");
         }
     }
 }

@@ -164,3 +164,36 @@ fn read_only_mount_refuses_writes() {
     let err = std::fs::remove_file(f.p("kept")).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
 }
+
+/// The daemon's memory bounds are mount options; at their smallest, writers wait for room and
+/// readers share a small cache, and every byte still comes back, also after a remount.
+#[test]
+fn smallest_memory_bounds_still_keep_every_byte() {
+    let mut f = Fixture::unmounted("membounds", &["recordsize=1M"]);
+    f.mount(&["dirty_limit=4M", "cache_size=4M"]);
+    let files: Vec<(String, Vec<u8>)> = (0..3)
+        .map(|i| {
+            (
+                format!("f{i}"),
+                text_like(40 + i, (9 << 20) + 777 * i as usize),
+            )
+        })
+        .collect();
+    let writers: Vec<_> = files
+        .iter()
+        .map(|(name, data)| {
+            let (path, data) = (f.p(name), data.clone());
+            std::thread::spawn(move || std::fs::write(path, data).unwrap())
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    for (name, data) in &files {
+        assert_file_eq(&f.p(name), data);
+    }
+    f.remount(&["dirty_limit=4M", "cache_size=4M"]);
+    for (name, data) in &files {
+        assert_file_eq(&f.p(name), data);
+    }
+}

@@ -226,11 +226,15 @@ fn readers_see_every_completed_append_while_records_move_through_compression() {
     let expected = Arc::new(text_like(181, total));
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let appended = Arc::new(AtomicU64::new(0));
+    // Reads completed: every few appends the writer waits for one more, so that reads overlap
+    // the writer however fast it is.
+    let reads = Arc::new(AtomicU64::new(0));
     let writer = {
-        let (expected, done, appended, path) = (
+        let (expected, done, appended, reads, path) = (
             expected.clone(),
             done.clone(),
             appended.clone(),
+            reads.clone(),
             path.clone(),
         );
         std::thread::spawn(move || {
@@ -251,6 +255,13 @@ fn readers_see_every_completed_append_while_records_move_through_compression() {
                 appended.store(pos as u64, Ordering::SeqCst);
                 if rng.below(40) == 0 {
                     file.sync_all().unwrap();
+                }
+                if rng.below(8) == 0 {
+                    let seen = reads.load(Ordering::SeqCst);
+                    let read = wait_until(Duration::from_secs(60), || {
+                        reads.load(Ordering::SeqCst) > seen
+                    });
+                    assert!(read, "the reader made no progress in 60 s");
                 }
             }
             done.store(true, Ordering::SeqCst);
@@ -279,6 +290,7 @@ fn readers_see_every_completed_append_while_records_move_through_compression() {
             &format!("bytes {from}..{upto}"),
         );
         rounds += 1;
+        reads.fetch_add(1, Ordering::SeqCst);
     }
     writer.join().unwrap();
     assert!(rounds > 10, "only {rounds} reads overlapped the writer");

@@ -5,8 +5,8 @@
 //! touch metadata, copy into record buffers or hand records to the engine); reads, fsync and
 //! fallocate, which may wait for decodes or commits, go to a small thread pool with their reply,
 //! so one slow decode never stalls the mount. A hand-off costs a thread wake-up, which on a
-//! virtual machine can cost more than the request itself: a close (FLUSH, then RELEASE) served
-//! inline made creating small files 19% faster (docs/benchmarks.md).
+//! virtual machine can cost more than the request itself: serving a close (FLUSH, then RELEASE)
+//! inline made creating small files 19% faster there (docs/benchmarks.md).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
