@@ -595,8 +595,8 @@ one_test_per_config!();
 
 /// A file opened as it is created (the FUSE CREATE path, which reads nothing back) follows its
 /// directory's record size and fixes it at its first write, exactly like a file opened later:
-/// changing the directory's property afterwards, remount included, does not change the file's
-/// records, and its bytes read back.
+/// changing the directory's property afterwards (also before the first write has committed),
+/// remount included, does not change the file's records, and its bytes read back.
 #[test]
 fn a_created_file_takes_and_keeps_its_directorys_record_size() {
     use presso_meta::{NewNode, ROOT_INO};
@@ -614,12 +614,14 @@ fn a_created_file_takes_and_keeps_its_directorys_record_size() {
     assert_eq!(vfs.pool().own_prop(attr.ino, "recordsize").unwrap(), None);
     let bytes = data(7, 0, 40_000);
     assert_eq!(vfs.write(attr.ino, 0, &bytes).unwrap(), bytes.len());
+    // Changed before the file's first records (and its fixed record size, which commits with
+    // them) are committed.
+    vfs.set_prop(dir, "recordsize", "64K").unwrap();
+    vfs.fsync(attr.ino).unwrap();
     assert_eq!(
         vfs.pool().own_prop(attr.ino, "recordsize").unwrap(),
         Some("16K".to_string())
     );
-    vfs.set_prop(dir, "recordsize", "64K").unwrap();
-    vfs.fsync(attr.ino).unwrap();
     vfs.release(attr.ino, fh).unwrap();
     drop(vfs);
     fs.remount();
@@ -687,4 +689,20 @@ fn a_created_file_compresses_with_its_directorys_codec_after_changes_and_moves()
     assert_eq!(codec_of_new_file(sub, b"c"), CodecId::Zstd as u8);
     vfs.set_prop(zstd, "compression", "lz4").unwrap();
     assert_eq!(codec_of_new_file(sub, b"d"), CodecId::Lz4 as u8);
+    // The record size comes from the same settings kept per directory.
+    vfs.set_prop(zstd, "recordsize", "32K").unwrap();
+    assert_eq!(codec_of_new_file(sub, b"e"), CodecId::Lz4 as u8);
+    let e = vfs.lookup(sub, b"e").unwrap().ino;
+    let indexes: Vec<u64> = vfs
+        .pool()
+        .records(e, ..)
+        .unwrap()
+        .into_iter()
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(indexes, vec![0, 1, 2, 3], "100,000 bytes in 32K records");
+    assert_eq!(
+        vfs.pool().own_prop(e, "recordsize").unwrap(),
+        Some("32K".to_string())
+    );
 }

@@ -1,4 +1,5 @@
-//! Transaction groups: a batch of record-map and size updates applied in one write transaction.
+//! Transaction groups: a batch of record-map, size and file-property updates applied in one
+//! write transaction.
 
 use std::collections::HashMap;
 
@@ -6,6 +7,7 @@ use crate::accounting::Delta;
 use crate::engine::{FileKind, RecordRef, Txn, COUNTER_LAST_TXG};
 use crate::error::{MetaError, Result};
 use crate::records::check_record;
+use crate::xattr::check_attr_name;
 use crate::{MetaStore, TxgOp, TxgOutcome, RECORD_INDEX_LIMIT};
 
 fn check_txg_op(op: &TxgOp) -> Result<()> {
@@ -16,6 +18,7 @@ fn check_txg_op(op: &TxgOp) -> Result<()> {
         TxgOp::ClearRecord { index, .. } if *index >= RECORD_INDEX_LIMIT => {
             Err(MetaError::invalid("record index too large"))
         }
+        TxgOp::SetProp { name, .. } => check_attr_name(name.as_bytes()),
         TxgOp::ClearRecord { .. } | TxgOp::SetSize { .. } => Ok(()),
     }
 }
@@ -117,6 +120,11 @@ fn apply_ops(tx: &mut dyn Txn, ops: &[TxgOp]) -> Result<TxgOutcome> {
                 row.attr.mtime = *mtime;
                 row.attr.ctime = row.attr.ctime.max(*mtime);
                 tx.put_inode(&row)?;
+            }
+            TxgOp::SetProp { ino, name, value } => {
+                if is_file(tx, &mut files, *ino)? {
+                    tx.set_prop(*ino, name, value)?;
+                }
             }
         }
     }

@@ -275,6 +275,17 @@ pub enum TxgOp {
         /// The new modification time.
         mtime: Timespec,
     },
+    /// Sets property `name` on regular file `ino` itself (the file layer fixes a file's record
+    /// size this way at its first write, so it commits with the file's first records instead
+    /// of in a transaction of its own).
+    SetProp {
+        /// The file.
+        ino: u64,
+        /// The property's name (checked like an extended attribute's).
+        name: String,
+        /// Its value.
+        value: String,
+    },
 }
 
 /// What [`MetaStore::apply_txg`] did with the frames it was given and the ones it dropped.

@@ -112,6 +112,7 @@ conformance!(
     failed_ops_leave_no_trace,
     txg_applies_in_order_with_set_accounting,
     txg_skips_ops_on_gone_or_non_regular_inodes,
+    txg_sets_a_files_own_property_with_its_records,
     txg_rejects_malformed_batches_whole,
     txg_move_record_compare_and_swap,
     segment_usage_and_records_in_segment,
@@ -1699,6 +1700,26 @@ fn txg_skips_ops_on_gone_or_non_regular_inodes(s: &MetaStore) {
                     size: 9,
                     mtime: ts(1),
                 },
+                TxgOp::SetProp {
+                    ino: gone,
+                    name: "recordsize".into(),
+                    value: "16K".into(),
+                },
+                TxgOp::SetProp {
+                    ino: d,
+                    name: "recordsize".into(),
+                    value: "16K".into(),
+                },
+                TxgOp::SetProp {
+                    ino: l,
+                    name: "recordsize".into(),
+                    value: "16K".into(),
+                },
+                TxgOp::SetProp {
+                    ino: 999_999,
+                    name: "recordsize".into(),
+                    value: "16K".into(),
+                },
                 TxgOp::SetRecord {
                     ino: 999_999,
                     index: 0,
@@ -1734,6 +1755,8 @@ fn txg_skips_ops_on_gone_or_non_regular_inodes(s: &MetaStore) {
     assert_eq!(s.space().unwrap(), space(400, 40, 47));
     assert_eq!(s.getattr(gone), Err(MetaError::NotFound));
     assert_eq!(s.getattr(d).unwrap().size, 0);
+    assert_eq!(s.get_prop(d, "recordsize").unwrap(), None);
+    assert_eq!(s.get_prop(l, "recordsize").unwrap(), None);
     assert_eq!(s.getattr(l).unwrap().size, 1);
     let o = s.getattr(orphan).unwrap();
     assert_eq!((o.size, o.mtime, o.nlink), (400, ts(1), 0));
@@ -1747,6 +1770,33 @@ fn txg_skips_ops_on_gone_or_non_regular_inodes(s: &MetaStore) {
     );
     assert_eq!(s.forget(orphan).unwrap(), Some(vec![rec_at(3, 0, 40, 400)]));
     assert_eq!(s.space().unwrap(), space(0, 0, 87));
+}
+
+fn txg_sets_a_files_own_property_with_its_records(s: &MetaStore) {
+    let d = mkdir(s, ROOT_INO, "d");
+    s.set_prop(d, "recordsize", "64K").unwrap();
+    let f = file(s, d, "f");
+    s.apply_txg(
+        &[
+            TxgOp::SetProp {
+                ino: f,
+                name: "recordsize".into(),
+                value: "16K".into(),
+            },
+            TxgOp::SetRecord {
+                ino: f,
+                index: 0,
+                rec: rec(1, 10, 10),
+            },
+        ],
+        false,
+    )
+    .unwrap();
+    assert_eq!(s.get_prop(f, "recordsize").unwrap(), Some("16K".into()));
+    assert_eq!(s.get_prop(d, "recordsize").unwrap(), Some("64K".into()));
+    let own = s.get_prop_effective(f, "recordsize").unwrap().unwrap();
+    assert_eq!((own.value.as_str(), own.source), ("16K", f));
+    assert_eq!(s.get_record(f, 0).unwrap(), Some(rec(1, 10, 10)));
 }
 
 fn txg_rejects_malformed_batches_whole(s: &MetaStore) {
@@ -1786,6 +1836,11 @@ fn txg_rejects_malformed_batches_whole(s: &MetaStore) {
             ino: 999_999,
             index: u64::MAX,
             rec: rec(1, 10, 10),
+        },
+        TxgOp::SetProp {
+            ino: f,
+            name: String::new(),
+            value: "16K".into(),
         },
     ];
     for bad in bad_ops {

@@ -184,13 +184,6 @@ impl Pool {
         Ok(self.meta.get_prop(ino, name)?)
     }
 
-    /// Stores `recordsize` as file `ino`'s own property: from its first write on, its records
-    /// keep this size whatever the inherited property becomes.
-    pub fn fix_recordsize(&self, ino: u64, recordsize: u64) -> Result<()> {
-        let value = crate::units::format_size(recordsize);
-        self.noted(self.meta.set_prop(ino, crate::props::RECORDSIZE, &value))
-    }
-
     fn discard_freed(&self, gone: &Unlinked) {
         if gone.fate == LinkFate::Removed {
             for rec in &gone.freed {

@@ -114,8 +114,17 @@ struct Traffic {
     read: AtomicU64,
 }
 
-/// Directories whose codec settings are kept (all are dropped when more would be).
+/// Directories whose settings are kept (all are dropped when more would be).
 const DIR_SETTINGS_KEPT: usize = 4096;
+
+/// What a file created in a directory inherits from it, as of one `props_generation`.
+#[derive(Debug, Clone, Copy)]
+struct DirSettings {
+    generation: u64,
+    spec: CodecSpec,
+    options: JobOptions,
+    recordsize: u64,
+}
 
 /// The extended attribute holding a file's capabilities.
 const FILE_CAPABILITY: &[u8] = b"security.capability";
@@ -135,9 +144,8 @@ pub struct Vfs {
     /// Bumped by every property change and every rename to another directory: settings cached
     /// with an older value are recomputed.
     props_generation: AtomicU64,
-    /// Codec settings of directories new files were created in, with the generation they were
-    /// computed at.
-    dir_settings: Mutex<HashMap<u64, (u64, CodecSpec, JobOptions)>>,
+    /// Settings of directories new files were created in.
+    dir_settings: Mutex<HashMap<u64, DirSettings>>,
     traffic: Traffic,
     samples: Mutex<Vec<(Instant, u64, u64)>>,
     stopping: AtomicBool,
@@ -231,6 +239,12 @@ impl Vfs {
     /// The node of the regular file whose committed attributes are `attr` (the one already in
     /// memory, if any): for a file just created, whose attributes the creation returned.
     pub(super) fn node_of(&self, attr: Attr) -> Result<Arc<FileNode>> {
+        self.node_with(attr, None)
+    }
+
+    /// [`Vfs::node_of`]; `inherited` is the record size the file inherits when the caller knows
+    /// that the file has none of its own (it was just created), which saves the lookup.
+    fn node_with(&self, attr: Attr, inherited: Option<u64>) -> Result<Arc<FileNode>> {
         let ino = attr.ino;
         if let Some(node) = self.files.lock().get(&ino) {
             return Ok(node.clone());
@@ -244,10 +258,15 @@ impl Vfs {
         // later property changes never change how its records map to offsets. Until then it
         // follows the inherited value, and opening or reading it writes nothing.
         // The effective value is the file's own when it has one, so one lookup tells both.
-        let (recordsize, source) = self.pool.get_prop(ino, props::RECORDSIZE)?;
-        let recordsize_fixed = source == Some(ino);
-        let recordsize =
-            crate::units::parse_recordsize(&recordsize).map_err(FsError::Property)? as u64;
+        let (recordsize, recordsize_fixed) = match inherited {
+            Some(recordsize) => (recordsize, false),
+            None => {
+                let (recordsize, source) = self.pool.get_prop(ino, props::RECORDSIZE)?;
+                let recordsize =
+                    crate::units::parse_recordsize(&recordsize).map_err(FsError::Property)? as u64;
+                (recordsize, source == Some(ino))
+            }
+        };
         let node = Arc::new(FileNode {
             ino,
             state: Mutex::new(FileState {
@@ -286,17 +305,17 @@ impl Vfs {
     /// Opens the regular file just created in directory `parent` with attributes `attr` (as
     /// [`Vfs::make_node`] returned them), without reading them back.
     pub fn open_created(&self, parent: u64, attr: &Attr) -> Result<u64> {
-        let node = self.node_of(attr.clone())?;
-        // Looked up before the node lock is taken (no metadata call under it); on failure the
-        // first write looks again and reports the error.
+        // On failure the node looks its record size up itself, and the first write looks the
+        // codec settings up again and reports the error.
         let settings = self.settings_of_new_file(parent).ok();
+        let node = self.node_with(attr.clone(), settings.as_ref().map(|s| s.recordsize))?;
         {
             let mut st = node.state.lock();
             // A new file has no records, so none lies past its size: its first write need not
             // look.
             st.tail_checked = true;
-            if st.settings.is_none() {
-                st.settings = settings;
+            if let (None, Some(s)) = (&st.settings, &settings) {
+                st.settings = Some((s.generation, s.spec, s.options));
             }
         }
         Ok(self.opened(&node))

@@ -92,7 +92,19 @@ impl Vfs {
     ) -> Result<&'a mut Vec<u8>> {
         let rs = st.recordsize;
         if !st.recordsize_fixed {
-            self.pool.fix_recordsize(node.ino, rs)?;
+            // From its first write on, the file's records keep this size whatever the inherited
+            // property becomes. Queued before any record of the file, so it commits with its
+            // first records or before them, never after; the node stays in memory (and answers
+            // for it) until then.
+            st.queued_in = self.pool.txgs().queue(
+                TxgOp::SetProp {
+                    ino: node.ino,
+                    name: props::RECORDSIZE.into(),
+                    value: crate::units::format_size(rs),
+                },
+                None,
+            );
+            self.pool.unsynced().note();
             st.recordsize_fixed = true;
         }
         if !matches!(st.overlay.get(&index), Some(Slot::Dirty { .. })) {
@@ -218,25 +230,35 @@ impl Vfs {
         Ok((spec, options))
     }
 
-    /// [`Vfs::settings`] of a file created in directory `dir` just now: a new file has no
-    /// properties of its own, so its settings are the directory's, which are kept per directory
-    /// (one lookup for all the files made there, instead of a walk to the root for each).
-    pub(super) fn settings_of_new_file(&self, dir: u64) -> Result<(u64, CodecSpec, JobOptions)> {
+    /// The settings of a file created in directory `dir` just now (codec, options, record
+    /// size): a new file has no properties of its own, so they are the directory's, which are
+    /// kept per directory (one lookup for all the files made there, instead of a walk to the
+    /// root for each).
+    pub(super) fn settings_of_new_file(&self, dir: u64) -> Result<DirSettings> {
         let generation = self.props_generation.load(Ordering::SeqCst);
         let mut known = self.dir_settings.lock();
-        if let Some(&(g, spec, options)) = known.get(&dir) {
-            if g == generation {
-                return Ok((generation, spec, options));
+        if let Some(&settings) = known.get(&dir) {
+            if settings.generation == generation {
+                return Ok(settings);
             }
         }
         drop(known);
         let (spec, options) = self.codec_settings(dir)?;
+        let (recordsize, _) = self.pool.get_prop(dir, props::RECORDSIZE)?;
+        let recordsize =
+            crate::units::parse_recordsize(&recordsize).map_err(FsError::Property)? as u64;
+        let settings = DirSettings {
+            generation,
+            spec,
+            options,
+            recordsize,
+        };
         known = self.dir_settings.lock();
         if known.len() >= DIR_SETTINGS_KEPT {
             known.clear();
         }
-        known.insert(dir, (generation, spec, options));
-        Ok((generation, spec, options))
+        known.insert(dir, settings);
+        Ok(settings)
     }
 
     /// The effective compression, threshold and offload properties of `ino`, parsed.
