@@ -706,3 +706,35 @@ fn a_created_file_compresses_with_its_directorys_codec_after_changes_and_moves()
         Some("32K".to_string())
     );
 }
+
+/// `security.capability` is answered without a metadata read while no file has one; a file that
+/// gets one, in this mount or an earlier one, shows it.
+#[test]
+fn file_capabilities_show_whether_set_now_or_before_the_mount() {
+    use presso_meta::{NewNode, ROOT_INO};
+    let cap = b"security.capability";
+    let mut fs = Fs::new(&CONFIGS[1]);
+    let vfs = fs.vfs().clone();
+    let make = |name: &[u8]| {
+        vfs.make_node(ROOT_INO, name, &NewNode::file(0o755, 0, 0))
+            .unwrap()
+            .ino
+    };
+    let (a, b) = (make(b"a"), make(b"b"));
+    let missing = |vfs: &presso_fs::vfs::Vfs, ino: u64| {
+        let e = vfs.getxattr(ino, cap).unwrap_err();
+        assert_eq!(e.errno(), libc::ENODATA, "{e}");
+    };
+    missing(&vfs, a);
+    vfs.setxattr(a, cap, b"caps-of-a", 0).unwrap();
+    assert_eq!(vfs.getxattr(a, cap).unwrap(), b"caps-of-a");
+    missing(&vfs, b);
+    vfs.sync_all().unwrap();
+    drop(vfs);
+    fs.remount();
+    let vfs = fs.vfs().clone();
+    assert_eq!(vfs.getxattr(a, cap).unwrap(), b"caps-of-a");
+    missing(&vfs, b);
+    vfs.removexattr(a, cap).unwrap();
+    missing(&vfs, a);
+}

@@ -279,6 +279,8 @@ pub trait Txn {
     fn delete_xattr(&mut self, ino: u64, name: &[u8]) -> Result<bool>;
     /// Names of all extended attributes of `ino`, in order.
     fn list_xattrs(&mut self, ino: u64) -> Result<Vec<Vec<u8>>>;
+    /// Whether any inode has an extended attribute called `name`.
+    fn xattr_name_in_use(&mut self, name: &[u8]) -> Result<bool>;
 
     /// Reads one record reference.
     fn get_record(&mut self, ino: u64, index: u64) -> Result<Option<RecordRef>>;

@@ -78,6 +78,13 @@ impl MetaStore {
         })
     }
 
+    /// Whether any inode has an extended attribute called `name` (the file layer asks once per
+    /// mount for `security.capability`, which the kernel asks about before a file's first
+    /// write).
+    pub fn xattr_name_in_use(&self, name: &[u8]) -> Result<bool> {
+        self.read(|tx| tx.xattr_name_in_use(name))
+    }
+
     /// Removes an extended attribute.
     pub fn remove_xattr(&self, ino: u64, name: &[u8]) -> Result<()> {
         check_xattr_name(name)?;

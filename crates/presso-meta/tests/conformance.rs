@@ -105,6 +105,7 @@ conformance!(
     readdir_pagination,
     setattr_rules,
     xattrs,
+    xattr_names_in_use_across_inodes,
     xattr_namespaces_and_both_flags,
     records_and_accounting,
     property_inheritance,
@@ -1082,6 +1083,23 @@ fn setattr_rules(s: &MetaStore) {
         )
         .unwrap();
     assert_eq!((d.mode, d.kind), (0o700, FileKind::Dir));
+}
+
+fn xattr_names_in_use_across_inodes(s: &MetaStore) {
+    let cap = b"security.capability";
+    let in_use = |name: &[u8]| s.xattr_name_in_use(name).unwrap();
+    assert!(!in_use(cap));
+    let (f, g) = (file(s, ROOT_INO, "f"), file(s, ROOT_INO, "g"));
+    s.set_xattr(f, b"user.a", b"1", XattrFlags::Any).unwrap();
+    assert!(in_use(b"user.a") && !in_use(cap) && !in_use(b"user"));
+    s.set_xattr(f, cap, b"c", XattrFlags::Any).unwrap();
+    s.set_xattr(g, cap, b"c", XattrFlags::Any).unwrap();
+    assert!(in_use(cap));
+    s.remove_xattr(f, cap).unwrap();
+    assert!(in_use(cap), "g still has one");
+    s.unlink(ROOT_INO, b"g", &closed).unwrap();
+    assert!(!in_use(cap), "removed with g");
+    assert!(in_use(b"user.a"));
 }
 
 fn xattrs(s: &MetaStore) {

@@ -159,6 +159,11 @@ impl Pool {
         self.noted(self.meta.set_xattr(ino, name, value, flags))
     }
 
+    /// Whether any inode has an extended attribute called `name`.
+    pub fn xattr_name_in_use(&self, name: &[u8]) -> Result<bool> {
+        Ok(self.meta.xattr_name_in_use(name)?)
+    }
+
     /// Extended attribute names.
     pub fn list_xattrs(&self, ino: u64) -> Result<Vec<Vec<u8>>> {
         Ok(self.meta.list_xattrs(ino)?)

@@ -146,6 +146,10 @@ pub struct Vfs {
     props_generation: AtomicU64,
     /// Settings of directories new files were created in.
     dir_settings: Mutex<HashMap<u64, DirSettings>>,
+    /// Whether some file may have a `security.capability` attribute: false while none had one
+    /// at the mount and none was set since, so the kernel's question before each file's first
+    /// write (and the privilege drop of each chown) needs no metadata read.
+    capabilities: AtomicBool,
     traffic: Traffic,
     samples: Mutex<Vec<(Instant, u64, u64)>>,
     stopping: AtomicBool,
@@ -179,6 +183,8 @@ impl Vfs {
             low_space: AtomicBool::new(false),
             props_generation: AtomicU64::new(0),
             dir_settings: Mutex::new(HashMap::new()),
+            // If the metadata cannot say, assume there may be some.
+            capabilities: AtomicBool::new(pool.xattr_name_in_use(FILE_CAPABILITY).unwrap_or(true)),
             traffic: Traffic::default(),
             samples: Mutex::new(vec![(Instant::now(), 0, 0)]),
             stopping: AtomicBool::new(false),

@@ -182,12 +182,19 @@ impl Vfs {
 
     /// Reads an extended attribute.
     pub fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>> {
+        if name == FILE_CAPABILITY && !self.capabilities.load(Ordering::SeqCst) {
+            return Err(MetaError::NoAttribute.into());
+        }
         self.pool.get_xattr(ino, name)
     }
 
     /// Sets an extended attribute.
     pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: i32) -> Result<()> {
         let flags = XattrFlags::from_raw(flags)?;
+        if name == FILE_CAPABILITY {
+            // Before the attribute exists, so no read after the set can miss it.
+            self.capabilities.store(true, Ordering::SeqCst);
+        }
         self.pool.set_xattr(ino, name, value, flags)
     }
 
@@ -247,8 +254,7 @@ impl Vfs {
         // Looked up before it is removed: the kernel flags every direct write of a caller
         // without CAP_FSETID, and a removal is a write transaction even when nothing is there.
         match self
-            .pool
-            .get_xattr(ino, FILE_CAPABILITY)
+            .getxattr(ino, FILE_CAPABILITY)
             .and_then(|_| self.pool.remove_xattr(ino, FILE_CAPABILITY))
         {
             Ok(()) | Err(FsError::Meta(MetaError::NoAttribute)) => Ok(()),

@@ -392,6 +392,10 @@ impl Txn for MemTxn<'_> {
             .collect())
     }
 
+    fn xattr_name_in_use(&mut self, name: &[u8]) -> Result<bool> {
+        Ok(self.st().xattrs.keys().any(|(_, n)| n == name))
+    }
+
     fn get_record(&mut self, ino: u64, index: u64) -> Result<Option<RecordRef>> {
         Ok(self.st().records.get(&(ino, index)).cloned())
     }

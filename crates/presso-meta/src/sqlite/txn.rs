@@ -272,6 +272,14 @@ impl Txn for SqliteTxn<'_> {
             .map_err(self.err())
     }
 
+    fn xattr_name_in_use(&mut self, name: &[u8]) -> Result<bool> {
+        self.c()?
+            .prepare_cached("SELECT EXISTS (SELECT 1 FROM xattrs WHERE name = ?1)")
+            .map_err(self.err())?
+            .query_row(params![name], |r| r.get(0))
+            .map_err(self.err())
+    }
+
     fn get_record(&mut self, ino: u64, index: u64) -> Result<Option<RecordRef>> {
         self.c()?
             .prepare_cached(&format!(
