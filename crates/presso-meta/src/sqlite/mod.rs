@@ -138,6 +138,9 @@ struct Writer {
 struct Pool {
     idle: Vec<Connection>,
     open: usize,
+    /// Threads waiting for a connection to come back (a notification costs a system call, so
+    /// none is sent when nobody waits).
+    waiting: usize,
 }
 
 /// The SQLite engine.
@@ -228,6 +231,7 @@ impl SqliteEngine {
             readers: Mutex::new(Pool {
                 idle: Vec::new(),
                 open: 0,
+                waiting: 0,
             }),
             returned: Condvar::new(),
         })
@@ -263,7 +267,9 @@ impl SqliteEngine {
                 }
                 return opened;
             }
+            pool.waiting += 1;
             pool = self.returned.wait(pool).map_err(poisoned)?;
+            pool.waiting -= 1;
         }
     }
 
@@ -274,17 +280,27 @@ impl SqliteEngine {
             self.forget_reader();
             return;
         }
-        if let Ok(mut pool) = self.readers.lock() {
-            pool.idle.push(conn);
+        match self.readers.lock() {
+            Ok(mut pool) => {
+                pool.idle.push(conn);
+                if pool.waiting > 0 {
+                    self.returned.notify_one();
+                }
+            }
+            Err(_) => self.returned.notify_all(),
         }
-        self.returned.notify_one();
     }
 
     fn forget_reader(&self) {
-        if let Ok(mut pool) = self.readers.lock() {
-            pool.open = pool.open.saturating_sub(1);
+        match self.readers.lock() {
+            Ok(mut pool) => {
+                pool.open = pool.open.saturating_sub(1);
+                if pool.waiting > 0 {
+                    self.returned.notify_one();
+                }
+            }
+            Err(_) => self.returned.notify_all(),
         }
-        self.returned.notify_one();
     }
 
     fn begin_read(&self) -> Result<SqliteTxn<'_>> {

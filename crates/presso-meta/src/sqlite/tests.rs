@@ -117,6 +117,7 @@ fn read_connections_are_pooled_and_capped() {
     let pool = e.readers.lock().unwrap();
     assert_eq!(pool.open, READ_CONNECTIONS);
     assert_eq!(pool.idle.len(), READ_CONNECTIONS);
+    assert_eq!(pool.waiting, 0);
 }
 
 #[test]
