@@ -3,7 +3,9 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fuser::{FileAttr, FileType, ReplyAttr, ReplyEmpty, ReplyEntry, Request, TimeOrNow};
+use fuser::{
+    FileAttr, FileType, ReplyAttr, ReplyEmpty, ReplyEntry, ReplyXattr, Request, TimeOrNow,
+};
 use presso_meta::{Attr, FileKind, Timespec};
 
 use crate::error::FsError;
@@ -138,6 +140,17 @@ pub(super) fn looked_up(reply: ReplyEntry, ttl: Duration, result: Result<Attr, F
 pub(super) fn attr(reply: ReplyAttr, ttl: Duration, result: Result<Attr, FsError>) {
     match result {
         Ok(a) => reply.attr(&ttl, &file_attr(&a)),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+/// The reply to GETXATTR or LISTXATTR: with `size` 0 the length the caller needs, the bytes if
+/// they fit in `size`, else ERANGE.
+pub(super) fn xattr_bytes(reply: ReplyXattr, size: u32, result: Result<Vec<u8>, FsError>) {
+    match result {
+        Ok(bytes) if size == 0 => reply.size(bytes.len() as u32),
+        Ok(bytes) if bytes.len() <= size as usize => reply.data(&bytes),
+        Ok(_) => reply.error(libc::ERANGE),
         Err(e) => reply.error(errno(&e)),
     }
 }

@@ -28,7 +28,7 @@ use crate::error::FsError;
 use crate::vfs::Vfs;
 use convert::{
     attr, caller, empty, entry, errno, file_attr, kind, looked_up, removed_file_attr, time,
-    time_or_now,
+    time_or_now, xattr_bytes,
 };
 
 /// How long the kernel may keep names and attributes without asking again, by default. One
@@ -458,32 +458,21 @@ impl Filesystem for PressoFs {
         size: u32,
         reply: ReplyXattr,
     ) {
-        match self.vfs.getxattr(ino, name.as_bytes()) {
-            Ok(v) if size == 0 => reply.size(v.len() as u32),
-            Ok(v) if v.len() <= size as usize => reply.data(&v),
-            Ok(_) => reply.error(libc::ERANGE),
-            Err(e) => reply.error(errno(&e)),
-        }
+        xattr_bytes(reply, size, self.vfs.getxattr(ino, name.as_bytes()))
     }
 
     fn listxattr(&mut self, req: &Request<'_>, ino: u64, size: u32, reply: ReplyXattr) {
-        match self.vfs.listxattr(ino, caller(req)) {
-            Ok(names) => {
-                let mut buf = Vec::new();
-                for n in names {
-                    buf.extend_from_slice(&n);
-                    buf.push(0);
-                }
-                if size == 0 {
-                    reply.size(buf.len() as u32)
-                } else if buf.len() <= size as usize {
-                    reply.data(&buf)
-                } else {
-                    reply.error(libc::ERANGE)
-                }
-            }
-            Err(e) => reply.error(errno(&e)),
-        }
+        // The names, each followed by a NUL, as listxattr(2) returns them.
+        let listed = self.vfs.listxattr(ino, caller(req)).map(|names| {
+            names
+                .into_iter()
+                .flat_map(|mut n| {
+                    n.push(0);
+                    n
+                })
+                .collect()
+        });
+        xattr_bytes(reply, size, listed)
     }
 
     fn removexattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, reply: ReplyEmpty) {
