@@ -268,9 +268,7 @@ impl Vfs {
             Some(recordsize) => (recordsize, false),
             None => {
                 let (recordsize, source) = self.pool.get_prop(ino, props::RECORDSIZE)?;
-                let recordsize =
-                    crate::units::parse_recordsize(&recordsize).map_err(FsError::Property)? as u64;
-                (recordsize, source == Some(ino))
+                (write::recordsize_of(&recordsize)?, source == Some(ino))
             }
         };
         let node = Arc::new(FileNode {

@@ -243,10 +243,15 @@ impl Vfs {
             }
         }
         drop(known);
-        let (spec, options) = self.codec_settings(dir)?;
-        let (recordsize, _) = self.pool.get_prop(dir, props::RECORDSIZE)?;
-        let recordsize =
-            crate::units::parse_recordsize(&recordsize).map_err(FsError::Property)? as u64;
+        let names = [
+            props::COMPRESSION,
+            props::THRESHOLD,
+            props::OFFLOAD,
+            props::RECORDSIZE,
+        ];
+        let values = self.pool.get_props(dir, &names)?;
+        let (spec, options) = codec_of(&values[..3])?;
+        let recordsize = recordsize_of(&values[3].0)?;
         let settings = DirSettings {
             generation,
             spec,
@@ -266,19 +271,7 @@ impl Vfs {
         let values = self
             .pool
             .get_props(ino, &[props::COMPRESSION, props::THRESHOLD, props::OFFLOAD])?;
-        let [compression, threshold, offload] = [0, 1, 2].map(|i| values[i].0.as_str());
-        let spec: CodecSpec = compression
-            .parse()
-            .map_err(|e: presso_codec::SpecError| FsError::Property(e.to_string()))?;
-        let threshold = threshold
-            .parse()
-            .map_err(|e: presso_codec::ThresholdError| FsError::Property(e.to_string()))?;
-        let offload = offload.parse::<Offload>().map_err(FsError::Property)?;
-        let options = JobOptions {
-            threshold,
-            offload: offload != Offload::Off,
-        };
-        Ok((spec, options))
+        codec_of(&values)
     }
 
     pub(super) fn submit(
@@ -581,4 +574,27 @@ fn record_stored(
             generation,
         }),
     );
+}
+
+/// Codec and options from the effective `compression`, `threshold` and `offload` values, in
+/// that order.
+fn codec_of(values: &[(String, Option<u64>)]) -> Result<(CodecSpec, JobOptions)> {
+    let [compression, threshold, offload] = [0, 1, 2].map(|i| values[i].0.as_str());
+    let spec: CodecSpec = compression
+        .parse()
+        .map_err(|e: presso_codec::SpecError| FsError::Property(e.to_string()))?;
+    let threshold = threshold
+        .parse()
+        .map_err(|e: presso_codec::ThresholdError| FsError::Property(e.to_string()))?;
+    let offload = offload.parse::<Offload>().map_err(FsError::Property)?;
+    let options = JobOptions {
+        threshold,
+        offload: offload != Offload::Off,
+    };
+    Ok((spec, options))
+}
+
+/// A record size property's value in bytes.
+pub(super) fn recordsize_of(value: &str) -> Result<u64> {
+    Ok(crate::units::parse_recordsize(value).map_err(FsError::Property)? as u64)
 }
