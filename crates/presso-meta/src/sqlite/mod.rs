@@ -280,21 +280,18 @@ impl SqliteEngine {
             self.forget_reader();
             return;
         }
-        match self.readers.lock() {
-            Ok(mut pool) => {
-                pool.idle.push(conn);
-                if pool.waiting > 0 {
-                    self.returned.notify_one();
-                }
-            }
-            Err(_) => self.returned.notify_all(),
-        }
+        self.change_readers(|pool| pool.idle.push(conn));
     }
 
     fn forget_reader(&self) {
+        self.change_readers(|pool| pool.open = pool.open.saturating_sub(1));
+    }
+
+    /// Applies `change` to the read connections and wakes a thread waiting for one, if any.
+    fn change_readers(&self, change: impl FnOnce(&mut Pool)) {
         match self.readers.lock() {
             Ok(mut pool) => {
-                pool.open = pool.open.saturating_sub(1);
+                change(&mut pool);
                 if pool.waiting > 0 {
                     self.returned.notify_one();
                 }
