@@ -16,10 +16,8 @@ repeats=${2:-3}
 work=${3:-/var/tmp/presso-mount-bench}
 [ "$(id -u)" -eq 0 ] || { echo "needs root (loop devices, drop_caches)" >&2; exit 1; }
 
-cargo build --release -q -p presso-cli
-presso=$PWD/target/release/presso
-
 source bench/lib/loopdisk.sh
+presso=$(presso_binary)
 # Room for three copies of the corpus and a gibibyte.
 make_disk $(( $(du -sb "$corpus" | cut -f1) * 3 + (1 << 30) ))
 rate() { awk -v b="$1" -v s="$2" -v e="$3" 'BEGIN { printf "%.1f\n", b / 1e6 / (e - s) }'; }

@@ -31,13 +31,8 @@ fi
 [ -f "$tarball" ] || { echo "no tarball at $tarball (set PRESSO_NS_TARBALL)" >&2; exit 1; }
 bash scripts/install-packages.sh git xz-utils python3 btrfs-progs
 
-if [ -n "${PRESSO_BIN:-}" ]; then
-  presso=$(realpath "$PRESSO_BIN")
-else
-  cargo build --release -q -p presso-cli
-  presso=$PWD/target/release/presso
-fi
 source bench/lib/loopdisk.sh
+presso=$(presso_binary)
 
 # The tree, unpacked once on the host disk, and a repository of it for the checkout phase.
 tree=$work/tree

@@ -24,13 +24,8 @@ compression=${PRESSO_COMPRESSION:-gzip-6}
 [ "$(id -u)" -eq 0 ] || { echo "needs root (loop devices, drop_caches)" >&2; exit 1; }
 bash scripts/install-packages.sh python3
 
-if [ -n "${PRESSO_BIN:-}" ]; then
-  presso=$(realpath "$PRESSO_BIN")
-else
-  cargo build --release -q -p presso-cli
-  presso=$PWD/target/release/presso
-fi
 source bench/lib/loopdisk.sh
+presso=$(presso_binary)
 # The big file compresses about 3x; the small files take a block each in the metadata at most.
 make_disk $(( gigabytes * 1000000000 / 2 + (files + dir_files) * 4096 + (4 << 30) ))
 

@@ -2,8 +2,9 @@
 # direct I/O (like a disk: no second page cache on the host file system below it), timing and
 # median helpers, and the cleanup of every mount under the work directory.
 #
-# The caller sets `work` (the work directory) and `presso` (the binary), then calls
-# `make_disk SIZE_BYTES`; `disk` is then the mounted ext4 and `loopdev` its device.
+# The caller sets `work` (the work directory), takes the binary with `presso=$(presso_binary)`
+# (PRESSO_BIN=FILE, or this tree's release build, built here), then calls `make_disk SIZE_BYTES`;
+# `disk` is then the mounted ext4 and `loopdev` its device.
 
 disk=$work/disk
 img=$work/ext4.img
@@ -26,6 +27,16 @@ halt_poll_note() {
     echo "guest halt polling: $(cat "$halt_poll") ns"
   else
     echo "no guest halt polling (bare metal, or another idle driver)"
+  fi
+}
+
+# The presso binary to measure: PRESSO_BIN if set, else this tree's release build.
+presso_binary() {
+  if [ -n "${PRESSO_BIN:-}" ]; then
+    realpath "$PRESSO_BIN"
+  else
+    cargo build --release -q -p presso-cli >&2
+    echo "$PWD/target/release/presso"
   fi
 }
 
