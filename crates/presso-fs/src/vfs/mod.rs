@@ -47,6 +47,7 @@ mod caller;
 mod file;
 mod namespace;
 mod read;
+mod settings;
 mod sweep;
 mod unstored;
 mod write;
@@ -268,7 +269,7 @@ impl Vfs {
             Some(recordsize) => (recordsize, false),
             None => {
                 let (recordsize, source) = self.pool.get_prop(ino, props::RECORDSIZE)?;
-                (write::recordsize_of(&recordsize)?, source == Some(ino))
+                (settings::recordsize_of(&recordsize)?, source == Some(ino))
             }
         };
         let node = Arc::new(FileNode {
