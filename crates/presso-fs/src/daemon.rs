@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::control;
 use crate::error::{FsError, Result};
-use crate::fuse::{mount_options, PressoFs, DEFAULT_CACHE_TIMEOUT};
+use crate::fuse::{mount_config, PressoFs, DEFAULT_CACHE_TIMEOUT, DEFAULT_CHANNELS};
 use crate::pool::{Pool, PoolOptions};
 use crate::vfs::{Vfs, VfsConfig};
 
@@ -28,6 +28,9 @@ pub struct MountConfig {
     /// How long the kernel may cache names and attributes ([`DEFAULT_CACHE_TIMEOUT`] unless
     /// set).
     pub cache_timeout: Option<Duration>,
+    /// Threads reading requests from the kernel, each on its own channel ([`DEFAULT_CHANNELS`]
+    /// unless set).
+    pub channels: Option<usize>,
 }
 
 /// Refuses a mount that would hide the pool itself or files already in the mount point.
@@ -123,11 +126,12 @@ pub fn serve(
         }
         let vfs = Vfs::new(pool, config.vfs.clone());
         let threads = vfs.pool().options().workers * 2;
-        let options = mount_options(
+        let options = mount_config(
             &pool_path,
             config.allow_other,
             config.read_only,
             config.no_exec,
+            config.channels.unwrap_or(DEFAULT_CHANNELS),
         );
         let ttl = config.cache_timeout.unwrap_or(DEFAULT_CACHE_TIMEOUT);
         let session = fuser::Session::new(
@@ -163,7 +167,6 @@ pub fn serve(
     let served = session
         .run()
         .map_err(|e| FsError::io("the FUSE session failed", e));
-    drop(session);
     let _ = std::fs::remove_file(&socket);
     let closed = vfs.shutdown();
     let lost = vfs.unstored();

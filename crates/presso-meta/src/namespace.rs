@@ -405,6 +405,30 @@ impl MetaStore {
         })
     }
 
+    /// [`MetaStore::readdir`] with each entry's attributes, read in the same transaction.
+    pub fn readdir_plus(
+        &self,
+        ino: u64,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(DirEntry, Attr)>> {
+        self.read(|tx| {
+            dir(tx, ino)?;
+            tx.list_dentries(ino, after, limit)?
+                .into_iter()
+                .map(|(name, d)| {
+                    let attr = inode(tx, d.ino)?.attr;
+                    let entry = DirEntry {
+                        name,
+                        ino: d.ino,
+                        kind: d.kind,
+                    };
+                    Ok((entry, attr))
+                })
+                .collect()
+        })
+    }
+
     /// Changes attributes; `ctime` becomes now.
     pub fn setattr(&self, ino: u64, set: &SetAttr) -> Result<Attr> {
         self.write(|tx| {

@@ -103,6 +103,7 @@ conformance!(
     rename_exchange_swaps_two_names,
     rename_loop,
     readdir_pagination,
+    readdir_plus_gives_what_lookup_gives,
     setattr_rules,
     xattrs,
     xattr_names_in_use_across_inodes,
@@ -967,6 +968,42 @@ fn rename_loop(s: &MetaStore) {
     assert_eq!(s.dir_parent(a).unwrap(), c);
     assert_eq!(nlink(s, ROOT_INO), 3);
     assert_eq!(nlink(s, c), 3);
+}
+
+fn readdir_plus_gives_what_lookup_gives(s: &MetaStore) {
+    let d = mkdir(s, ROOT_INO, "d");
+    mkdir(s, d, "sub");
+    let f = file(s, d, "f");
+    s.link(f, d, b"f2").unwrap();
+    s.make_node(d, b"l", &NewNode::symlink(b"target", 0, 0))
+        .unwrap();
+    for i in 0..10 {
+        file(s, d, &format!("n{i}"));
+    }
+    let mut got = Vec::new();
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let page = s.readdir_plus(d, after.as_deref(), 4).unwrap();
+        if page.is_empty() {
+            break;
+        }
+        assert!(page.len() <= 4);
+        // The same entries as a plain listing of the same page.
+        let plain = s.readdir(d, after.as_deref(), 4).unwrap();
+        let entries: Vec<_> = page.iter().map(|(e, _)| e.clone()).collect();
+        assert_eq!(entries, plain);
+        after = Some(page.last().unwrap().0.name.clone());
+        for (e, attr) in page {
+            assert_eq!(attr, s.lookup(d, &e.name).unwrap());
+            got.push(String::from_utf8(e.name).unwrap());
+        }
+    }
+    assert_eq!(got, names(s, d));
+    assert_eq!(got.len(), 14);
+    let f2 = s.readdir_plus(d, Some(b"f"), 1).unwrap();
+    assert_eq!((f2[0].0.ino, f2[0].1.nlink), (f, 2));
+    assert_eq!(s.readdir_plus(f, None, 10), Err(MetaError::NotDir));
+    assert_eq!(s.readdir_plus(9999, None, 10), Err(MetaError::NotFound));
 }
 
 fn readdir_pagination(s: &MetaStore) {

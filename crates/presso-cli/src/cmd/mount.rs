@@ -28,7 +28,9 @@ mounted; refused otherwise), sync_interval=SECONDS (default 5; see below), cache
 change passes through the kernel, which updates what it keeps, so a long timeout is safe and saves
 a request per stat), dirty_limit=SIZE (most bytes of written records waiting for compression
 before writers wait; default 256M) and cache_size=SIZE (decompressed records kept for reads;
-default 64M): with the engine's queue, these bound the daemon's memory whatever the data size.
+default 64M): with the engine's queue, these bound the daemon's memory whatever the data size;
+channels=N (threads reading requests from the kernel, each on its own clone of the FUSE device;
+default 2).
 The mount is private to its owner otherwise.
 
 Durability: fsync, fdatasync, O_SYNC and O_DSYNC writes, fsync on a directory and unmount
@@ -100,10 +102,14 @@ fn parse_options(options: &[String]) -> Result<MountConfig> {
                 let timeout = seconds(p, 0.0..=MAX_CACHE_TIMEOUT_SECS, "(e.g. cache_timeout=1)")?;
                 config.cache_timeout = Some(timeout);
             }
+            p if p.starts_with("channels=") => {
+                config.channels = Some(channels(p)?);
+            }
             p if IGNORED.contains(&p) || p.starts_with("x-") => {}
             p => bail!(
                 "unknown mount option '{p}'; valid: allow_other, ro, rw, noexec, exec, nonempty, \
-                 sync_interval=SECONDS, cache_timeout=SECONDS, dirty_limit=SIZE, cache_size=SIZE"
+                 sync_interval=SECONDS, cache_timeout=SECONDS, dirty_limit=SIZE, cache_size=SIZE, \
+                 channels=N"
             ),
         }
     }
@@ -144,6 +150,18 @@ fn memory_size(option: &str) -> Result<usize> {
         Ok(bytes) if (MIN_MEMORY_SIZE..=MAX_MEMORY_SIZE).contains(&bytes) => Ok(bytes as usize),
         Ok(_) => bail!("{name}={value}: give a size from 4M to 1024G (e.g. {name}=256M)"),
         Err(e) => bail!("{name}={value}: {e}"),
+    }
+}
+
+/// Most request channels accepted: more threads than this only wait on each other.
+const MAX_CHANNELS: usize = 64;
+
+/// Parses `channels=N`.
+fn channels(option: &str) -> Result<usize> {
+    let value = option.split_once('=').map_or("", |(_, v)| v);
+    match value.parse::<usize>() {
+        Ok(n) if (1..=MAX_CHANNELS).contains(&n) => Ok(n),
+        _ => bail!("channels={value}: give a number of threads from 1 to {MAX_CHANNELS}"),
     }
 }
 
@@ -343,6 +361,26 @@ mod tests {
         for bad in ["dirty_limit=lots", "cache_size=", "cache_size=5T"] {
             let e = parse_options(&[bad.into()]).unwrap_err();
             assert!(e.to_string().contains("invalid size"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn channels_are_a_count_within_limits() {
+        assert_eq!(parse_options(&[]).unwrap().channels, None);
+        assert_eq!(
+            parse_options(&["channels=1".into()]).unwrap().channels,
+            Some(1)
+        );
+        assert_eq!(
+            parse_options(&["channels=64".into()]).unwrap().channels,
+            Some(64)
+        );
+        for bad in ["0", "65", "", "two", "-1"] {
+            let e = parse_options(&[format!("channels={bad}")]).unwrap_err();
+            assert!(
+                e.to_string().contains("from 1 to 64"),
+                "channels={bad}: {e}"
+            );
         }
     }
 }

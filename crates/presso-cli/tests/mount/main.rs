@@ -17,6 +17,7 @@ mod durability;
 mod lost_metadata;
 mod mounting;
 mod namespace;
+mod parallel;
 mod privileges;
 mod properties;
 mod recovery;

@@ -4,7 +4,8 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    FileAttr, FileType, ReplyAttr, ReplyEmpty, ReplyEntry, ReplyXattr, Request, TimeOrNow,
+    Errno, FileAttr, FileType, Generation, INodeNo, ReplyAttr, ReplyEmpty, ReplyEntry, ReplyXattr,
+    Request, TimeOrNow,
 };
 use presso_meta::{Attr, FileKind, Timespec};
 
@@ -20,22 +21,21 @@ pub(super) fn time(t: Timespec) -> SystemTime {
     }
 }
 
+/// The kernel's time in a SETATTR, as the FUSE library hands it over. The kernel sends seconds
+/// and nanoseconds added to them; for a time before 1970 the library turns (-S, N) into the
+/// epoch minus S seconds and N nanoseconds, where the time is the epoch minus S plus N. So the
+/// distance before the epoch is read back as the kernel's two numbers, which keeps the time
+/// exact (the times conformance test compares times before 1970 with ext4's).
 fn timespec(t: SystemTime) -> Timespec {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => Timespec {
             secs: d.as_secs() as i64,
             nsec: d.subsec_nanos(),
         },
-        Err(e) => {
-            let d = e.duration();
-            let mut secs = -(d.as_secs() as i64);
-            let mut nsec = d.subsec_nanos();
-            if nsec > 0 {
-                secs -= 1;
-                nsec = 1_000_000_000 - nsec;
-            }
-            Timespec { secs, nsec }
-        }
+        Err(e) => Timespec {
+            secs: -(e.duration().as_secs() as i64),
+            nsec: e.duration().subsec_nanos(),
+        },
     }
 }
 
@@ -60,7 +60,7 @@ pub(super) fn kind(k: FileKind) -> FileType {
 
 pub(super) fn file_attr(a: &Attr) -> FileAttr {
     FileAttr {
-        ino: a.ino,
+        ino: INodeNo(a.ino),
         size: a.size,
         blocks: a.size.div_ceil(512),
         atime: time(a.atime),
@@ -81,7 +81,7 @@ pub(super) fn file_attr(a: &Attr) -> FileAttr {
 /// The attributes of a regular file that no longer exists: no links, no bytes, no permissions.
 pub(super) fn removed_file_attr(ino: u64, atime: SystemTime, mtime: SystemTime) -> FileAttr {
     FileAttr {
-        ino,
+        ino: INodeNo(ino),
         size: 0,
         blocks: 0,
         atime,
@@ -99,7 +99,7 @@ pub(super) fn removed_file_attr(ino: u64, atime: SystemTime, mtime: SystemTime) 
     }
 }
 
-pub(super) fn caller(req: &Request<'_>) -> Caller {
+pub(super) fn caller(req: &Request) -> Caller {
     Caller {
         uid: req.uid(),
         gid: req.gid(),
@@ -107,8 +107,8 @@ pub(super) fn caller(req: &Request<'_>) -> Caller {
     }
 }
 
-pub(super) fn errno(e: &FsError) -> i32 {
-    e.errno()
+pub(super) fn errno(e: &FsError) -> Errno {
+    Errno::from_i32(e.errno())
 }
 
 pub(super) fn empty(reply: ReplyEmpty, result: Result<(), FsError>) {
@@ -120,7 +120,7 @@ pub(super) fn empty(reply: ReplyEmpty, result: Result<(), FsError>) {
 
 pub(super) fn entry(reply: ReplyEntry, ttl: Duration, result: Result<Attr, FsError>) {
     match result {
-        Ok(a) => reply.entry(&ttl, &file_attr(&a), 0),
+        Ok(a) => reply.entry(&ttl, &file_attr(&a), Generation(0)),
         Err(e) => reply.error(errno(&e)),
     }
 }
@@ -130,9 +130,11 @@ pub(super) fn entry(reply: ReplyEntry, ttl: Duration, result: Result<Attr, FsErr
 /// of the missing name would ask again).
 pub(super) fn looked_up(reply: ReplyEntry, ttl: Duration, result: Result<Attr, FsError>) {
     match result {
-        Err(e) if e.errno() == libc::ENOENT => {
-            reply.entry(&ttl, &removed_file_attr(0, UNIX_EPOCH, UNIX_EPOCH), 0)
-        }
+        Err(e) if e.errno() == libc::ENOENT => reply.entry(
+            &ttl,
+            &removed_file_attr(0, UNIX_EPOCH, UNIX_EPOCH),
+            Generation(0),
+        ),
         result => entry(reply, ttl, result),
     }
 }
@@ -150,7 +152,7 @@ pub(super) fn xattr_bytes(reply: ReplyXattr, size: u32, result: Result<Vec<u8>, 
     match result {
         Ok(bytes) if size == 0 => reply.size(bytes.len() as u32),
         Ok(bytes) if bytes.len() <= size as usize => reply.data(&bytes),
-        Ok(_) => reply.error(libc::ERANGE),
+        Ok(_) => reply.error(Errno::ERANGE),
         Err(e) => reply.error(errno(&e)),
     }
 }

@@ -16,9 +16,10 @@ use std::time::{Duration, SystemTime};
 
 use crossbeam_channel::{unbounded, Sender};
 use fuser::{
-    Filesystem, KernelConfig, MountOption, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
-    TimeOrNow,
+    BsdFileFlags, Config, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
+    InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
 };
 use presso_meta::{FileKind, NewNode, SetAttr, Timespec};
 
@@ -36,12 +37,11 @@ use convert::{
 /// what it cached as it forwards the change, so nothing it keeps goes stale while mounted: the
 /// timeout only bounds how long memory of a name is kept, like a local file system's caches.
 pub const DEFAULT_CACHE_TIMEOUT: Duration = Duration::from_secs(3600);
-/// INIT flag of protocol 7.33 (the FUSE library here speaks 7.31, whose flag word already has
-/// room for it): the file system, not the kernel, drops privileges on write, truncate and chown.
-const FUSE_HANDLE_KILLPRIV_V2: u32 = 1 << 28;
-/// WRITE flag under [`FUSE_HANDLE_KILLPRIV_V2`]: the writer lacks CAP_FSETID, so the write must
-/// drop the file's privileges.
-const FUSE_WRITE_KILL_SUIDGID: u32 = 1 << 2;
+
+/// Threads reading requests from the kernel by default, each from its own clone of the FUSE
+/// device: while one waits on a metadata commit or copies a write, another serves the next
+/// request.
+pub const DEFAULT_CHANNELS: usize = 2;
 
 type Task = Box<dyn FnOnce() + Send>;
 
@@ -83,23 +83,22 @@ impl PressoFs {
     }
 }
 
-/// Mount options for a pool: the file-system name is the pool path, permissions are checked by
-/// the kernel, and the mount is private to its owner unless `allow_other` is given.
-pub fn mount_options(
+/// How a pool is mounted: the file-system name is the pool path, permissions are checked by the
+/// kernel, the mount is private to its owner unless `allow_other` is given, and `channels`
+/// threads read requests, each from its own clone of the FUSE device.
+pub fn mount_config(
     pool: &Path,
     allow_other: bool,
     read_only: bool,
     no_exec: bool,
-) -> Vec<MountOption> {
+    channels: usize,
+) -> Config {
     let mut options = vec![
         MountOption::FSName(pool.display().to_string()),
         MountOption::Subtype("presso".into()),
         MountOption::DefaultPermissions,
         MountOption::NoAtime,
     ];
-    if allow_other {
-        options.push(MountOption::AllowOther);
-    }
     if no_exec {
         options.push(MountOption::NoExec);
     }
@@ -108,21 +107,35 @@ pub fn mount_options(
     } else {
         MountOption::RW
     });
-    options
+    let mut config = Config::default();
+    config.mount_options = options;
+    config.acl = if allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config.n_threads = Some(channels.max(1));
+    config.clone_fd = true;
+    config
 }
 
 impl Filesystem for PressoFs {
-    fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> Result<(), libc::c_int> {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_write(1 << 20);
         let _ = config.set_max_readahead(1 << 20);
         // The kernel caches writes and sends them in large batches; reads of cached pages never
         // reach the daemon.
-        let _ = config.add_capabilities(fuser::consts::FUSE_WRITEBACK_CACHE);
-        let _ = config.add_capabilities(fuser::consts::FUSE_PARALLEL_DIROPS);
+        let _ = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE);
+        let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+        // Listings carry each entry's attributes when the kernel expects them to be used (the
+        // first page of a directory, and after a lookup or stat of an entry since): `ls -l`,
+        // `du` or `rsync` then need no LOOKUP per name.
+        let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS);
+        let _ = config.add_capabilities(InitFlags::FUSE_READDIRPLUS_AUTO);
         // Suid, sgid and file capabilities are dropped here rather than by the kernel, which
         // would otherwise ask for `security.capability` before every write(2): a round trip
         // that queues behind the writeback the daemon is busy with.
-        let _ = config.add_capabilities(FUSE_HANDLE_KILLPRIV_V2);
+        let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
         let _ = config.set_max_background(64);
         let _ = config.set_congestion_threshold(48);
         Ok(())
@@ -134,18 +147,18 @@ impl Filesystem for PressoFs {
         }
     }
 
-    fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
-        looked_up(reply, self.ttl, self.vfs.lookup(parent, name.as_bytes()))
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        looked_up(reply, self.ttl, self.vfs.lookup(parent.0, name.as_bytes()))
     }
 
-    fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
-        attr(reply, self.ttl, self.vfs.getattr(ino))
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        attr(reply, self.ttl, self.vfs.getattr(ino.0))
     }
 
     fn setattr(
-        &mut self,
-        req: &Request<'_>,
-        ino: u64,
+        &self,
+        req: &Request,
+        ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
         gid: Option<u32>,
@@ -153,11 +166,11 @@ impl Filesystem for PressoFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _fh: Option<u64>,
+        _fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
-        _flags: Option<u32>,
+        _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
         let set = SetAttr {
@@ -169,7 +182,7 @@ impl Filesystem for PressoFs {
             mtime: mtime.map(time_or_now),
         };
         let times_only = mode.is_none() && uid.is_none() && gid.is_none() && size.is_none();
-        match self.vfs.setattr_by(ino, set, caller(req)) {
+        match self.vfs.setattr_by(ino.0, set, caller(req)) {
             // With the writeback cache the kernel keeps a written file's times and sends them
             // when it writes the inode back (at sync), also for a file removed since, which no
             // name or open file reaches any more (an open one is kept until its release). There
@@ -177,23 +190,23 @@ impl Filesystem for PressoFs {
             Err(e) if times_only && e.errno() == libc::ENOENT => {
                 let now = time(Timespec::now());
                 let at = |t: Option<TimeOrNow>| t.map_or(now, |t| time(time_or_now(t)));
-                reply.attr(&self.ttl, &removed_file_attr(ino, at(atime), at(mtime)));
+                reply.attr(&self.ttl, &removed_file_attr(ino.0, at(atime), at(mtime)));
             }
             result => attr(reply, self.ttl, result),
         }
     }
 
-    fn readlink(&mut self, _req: &Request<'_>, ino: u64, reply: ReplyData) {
-        match self.vfs.readlink(ino) {
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.vfs.readlink(ino.0) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn mknod(
-        &mut self,
-        req: &Request<'_>,
-        parent: u64,
+        &self,
+        req: &Request,
+        parent: INodeNo,
         name: &OsStr,
         mode: u32,
         umask: u32,
@@ -206,20 +219,20 @@ impl Filesystem for PressoFs {
             libc::S_IFSOCK => FileKind::Socket,
             libc::S_IFCHR => FileKind::CharDevice,
             libc::S_IFBLK => FileKind::BlockDevice,
-            _ => return reply.error(libc::EINVAL),
+            _ => return reply.error(Errno::EINVAL),
         };
         let perm = mode & 0o7777 & !umask;
         let node = NewNode::special(k, perm, req.uid(), req.gid(), rdev.into());
         let made = node
             .map_err(FsError::from)
-            .and_then(|node| self.vfs.make_node(parent, name.as_bytes(), &node));
+            .and_then(|node| self.vfs.make_node(parent.0, name.as_bytes(), &node));
         entry(reply, self.ttl, made)
     }
 
     fn mkdir(
-        &mut self,
-        req: &Request<'_>,
-        parent: u64,
+        &self,
+        req: &Request,
+        parent: INodeNo,
         name: &OsStr,
         mode: u32,
         umask: u32,
@@ -229,193 +242,198 @@ impl Filesystem for PressoFs {
         entry(
             reply,
             self.ttl,
-            self.vfs.make_node(parent, name.as_bytes(), &node),
+            self.vfs.make_node(parent.0, name.as_bytes(), &node),
         )
     }
 
-    fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
-        empty(reply, self.vfs.unlink(parent, name.as_bytes()))
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(reply, self.vfs.unlink(parent.0, name.as_bytes()))
     }
 
-    fn rmdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
-        empty(reply, self.vfs.rmdir(parent, name.as_bytes()))
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(reply, self.vfs.rmdir(parent.0, name.as_bytes()))
     }
 
     fn symlink(
-        &mut self,
-        req: &Request<'_>,
-        parent: u64,
+        &self,
+        req: &Request,
+        parent: INodeNo,
         link_name: &OsStr,
         target: &Path,
         reply: ReplyEntry,
     ) {
         let node = NewNode::symlink(target.as_os_str().as_bytes(), req.uid(), req.gid());
-        let made = self.vfs.make_node(parent, link_name.as_bytes(), &node);
+        let made = self.vfs.make_node(parent.0, link_name.as_bytes(), &node);
         entry(reply, self.ttl, made)
     }
 
     fn rename(
-        &mut self,
-        _req: &Request<'_>,
-        parent: u64,
+        &self,
+        _req: &Request,
+        parent: INodeNo,
         name: &OsStr,
-        newparent: u64,
+        newparent: INodeNo,
         newname: &OsStr,
-        flags: u32,
+        flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
         let (name, newname) = (name.as_bytes(), newname.as_bytes());
         match flags {
-            0 => empty(reply, self.vfs.rename(parent, name, newparent, newname)),
-            libc::RENAME_NOREPLACE => empty(
+            f if f.is_empty() => {
+                empty(reply, self.vfs.rename(parent.0, name, newparent.0, newname))
+            }
+            RenameFlags::RENAME_NOREPLACE => empty(
                 reply,
-                self.vfs.rename_noreplace(parent, name, newparent, newname),
+                self.vfs
+                    .rename_noreplace(parent.0, name, newparent.0, newname),
             ),
-            libc::RENAME_EXCHANGE => empty(
+            RenameFlags::RENAME_EXCHANGE => empty(
                 reply,
-                self.vfs.rename_exchange(parent, name, newparent, newname),
+                self.vfs
+                    .rename_exchange(parent.0, name, newparent.0, newname),
             ),
             // Any other flag (RENAME_WHITEOUT): callers fall back on EINVAL.
-            _ => reply.error(libc::EINVAL),
+            _ => reply.error(Errno::EINVAL),
         }
     }
 
     fn link(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        newparent: u64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
         entry(
             reply,
             self.ttl,
-            self.vfs.link(ino, newparent, newname.as_bytes()),
+            self.vfs.link(ino.0, newparent.0, newname.as_bytes()),
         )
     }
 
-    fn open(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
-        match self.vfs.open(ino) {
-            Ok(fh) => reply.opened(fh, 0),
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.vfs.open(ino.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn read(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        _fh: u64,
-        offset: i64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
         size: u32,
-        _flags: i32,
-        _lock_owner: Option<u64>,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        if offset < 0 {
-            return reply.error(libc::EINVAL);
-        }
-        self.spawn(move |vfs| match vfs.read(ino, offset as u64, size) {
+        self.spawn(move |vfs| match vfs.read(ino.0, offset, size) {
             Ok(data) => reply.data(data.as_ref()),
             Err(e) => reply.error(errno(&e)),
         });
     }
 
     fn write(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        _fh: u64,
-        offset: i64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
         data: &[u8],
-        write_flags: u32,
-        _flags: i32,
-        _lock_owner: Option<u64>,
+        write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        if offset < 0 {
-            return reply.error(libc::EINVAL);
-        }
-        let unprivileged = write_flags & FUSE_WRITE_KILL_SUIDGID != 0;
+        let unprivileged = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         match self
             .vfs
-            .write_by(ino, offset as u64, data, unprivileged, caller(_req))
+            .write_by(ino.0, offset, data, unprivileged, caller(_req))
         {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
-    fn flush(&mut self, _req: &Request<'_>, ino: u64, _fh: u64, _owner: u64, reply: ReplyEmpty) {
-        empty(reply, self.vfs.flush(ino));
+    fn flush(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        empty(reply, self.vfs.flush(ino.0));
     }
 
     fn release(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        fh: u64,
-        _flags: i32,
-        _lock_owner: Option<u64>,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        empty(reply, self.vfs.release(ino, fh));
+        empty(reply, self.vfs.release(ino.0, fh.0));
     }
 
     fn fsync(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        _fh: u64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.spawn(move |vfs| empty(reply, vfs.fsync(ino)));
+        self.spawn(move |vfs| empty(reply, vfs.fsync(ino.0)));
     }
 
     // Without this the library answers ENOSYS, and the kernel then stops sending FSYNCDIR and
     // reports success for every directory fsync without anything being made durable.
     fn fsyncdir(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        _fh: u64,
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
         self.spawn(move |vfs| empty(reply, vfs.fsync_dir()));
     }
 
-    fn opendir(&mut self, _req: &Request<'_>, _ino: u64, _flags: i32, reply: ReplyOpen) {
-        reply.opened(self.vfs.opendir(), 0);
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply.opened(FileHandle(self.vfs.opendir()), FopenFlags::empty());
     }
 
     fn releasedir(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
-        _flags: i32,
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.vfs.releasedir(fh);
+        self.vfs.releasedir(fh.0);
         reply.ok();
     }
 
     fn readdir(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        fh: u64,
-        offset: i64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
         mut reply: ReplyDirectory,
     ) {
         let listed = self
             .vfs
-            .readdir_from(ino, fh, offset, |ino, cookie, k, name| {
-                reply.add(ino, cookie, kind(k), OsStr::from_bytes(name))
+            .readdir_from(ino.0, fh.0, offset, |ino, cookie, k, name| {
+                reply.add(INodeNo(ino), cookie, kind(k), OsStr::from_bytes(name))
             });
         match listed {
             Ok(()) => reply.ok(),
@@ -423,7 +441,35 @@ impl Filesystem for PressoFs {
         }
     }
 
-    fn statfs(&mut self, _req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let ttl = self.ttl;
+        let listed = self
+            .vfs
+            .readdir_plus_from(ino.0, fh.0, offset, |a, cookie, name| {
+                let name = OsStr::from_bytes(name);
+                reply.add(
+                    INodeNo(a.ino),
+                    cookie,
+                    name,
+                    &ttl,
+                    &file_attr(a),
+                    Generation(0),
+                )
+            });
+        match listed {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let s = self.vfs.statfs();
         reply.statfs(
             s.blocks,
@@ -438,32 +484,28 @@ impl Filesystem for PressoFs {
     }
 
     fn setxattr(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
         name: &OsStr,
         value: &[u8],
         flags: i32,
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        empty(reply, self.vfs.setxattr(ino, name.as_bytes(), value, flags))
+        empty(
+            reply,
+            self.vfs.setxattr(ino.0, name.as_bytes(), value, flags),
+        )
     }
 
-    fn getxattr(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        name: &OsStr,
-        size: u32,
-        reply: ReplyXattr,
-    ) {
-        xattr_bytes(reply, size, self.vfs.getxattr(ino, name.as_bytes()))
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        xattr_bytes(reply, size, self.vfs.getxattr(ino.0, name.as_bytes()))
     }
 
-    fn listxattr(&mut self, req: &Request<'_>, ino: u64, size: u32, reply: ReplyXattr) {
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         // The names, each followed by a NUL, as listxattr(2) returns them.
-        let listed = self.vfs.listxattr(ino, caller(req)).map(|names| {
+        let listed = self.vfs.listxattr(ino.0, caller(req)).map(|names| {
             names
                 .into_iter()
                 .flat_map(|mut n| {
@@ -475,14 +517,14 @@ impl Filesystem for PressoFs {
         xattr_bytes(reply, size, listed)
     }
 
-    fn removexattr(&mut self, _req: &Request<'_>, ino: u64, name: &OsStr, reply: ReplyEmpty) {
-        empty(reply, self.vfs.removexattr(ino, name.as_bytes()))
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(reply, self.vfs.removexattr(ino.0, name.as_bytes()))
     }
 
     fn create(
-        &mut self,
-        req: &Request<'_>,
-        parent: u64,
+        &self,
+        req: &Request,
+        parent: INodeNo,
         name: &OsStr,
         mode: u32,
         umask: u32,
@@ -492,49 +534,50 @@ impl Filesystem for PressoFs {
         let node = NewNode::file(mode & 0o7777 & !umask, req.uid(), req.gid());
         let result = self
             .vfs
-            .make_node(parent, name.as_bytes(), &node)
-            .and_then(|a| Ok((self.vfs.open_created(parent, &a)?, a)));
+            .make_node(parent.0, name.as_bytes(), &node)
+            .and_then(|a| Ok((self.vfs.open_created(parent.0, &a)?, a)));
         match result {
-            Ok((fh, a)) => reply.created(&self.ttl, &file_attr(&a), 0, fh, 0),
+            Ok((fh, a)) => reply.created(
+                &self.ttl,
+                &file_attr(&a),
+                Generation(0),
+                FileHandle(fh),
+                FopenFlags::empty(),
+            ),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn fallocate(
-        &mut self,
-        req: &Request<'_>,
-        ino: u64,
-        _fh: u64,
-        offset: i64,
-        length: i64,
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        if offset < 0 || length <= 0 {
-            return reply.error(libc::EINVAL);
+        if length == 0 {
+            return reply.error(Errno::EINVAL);
         }
         let caller = caller(req);
-        self.spawn(move |vfs| {
-            empty(
-                reply,
-                vfs.fallocate_by(ino, offset as u64, length as u64, mode, caller),
-            )
-        });
+        self.spawn(move |vfs| empty(reply, vfs.fallocate_by(ino.0, offset, length, mode, caller)));
     }
 
     fn lseek(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        _fh: u64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
         offset: i64,
         whence: i32,
         reply: ReplyLseek,
     ) {
         if offset < 0 {
-            return reply.error(libc::ENXIO);
+            return reply.error(Errno::ENXIO);
         }
-        match self.vfs.seek(ino, offset as u64, whence) {
+        match self.vfs.seek(ino.0, offset as u64, whence) {
             Ok(o) => reply.offset(o as i64),
             Err(e) => reply.error(errno(&e)),
         }

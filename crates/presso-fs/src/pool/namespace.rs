@@ -144,6 +144,16 @@ impl Pool {
         Ok(self.meta.readdir(ino, after, limit)?)
     }
 
+    /// Lists a directory after `after` (exclusive), with each entry's committed attributes.
+    pub fn readdir_plus(
+        &self,
+        ino: u64,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(DirEntry, Attr)>> {
+        Ok(self.meta.readdir_plus(ino, after, limit)?)
+    }
+
     /// Parent of a directory.
     pub fn dir_parent(&self, ino: u64) -> Result<u64> {
         Ok(self.meta.dir_parent(ino)?)

@@ -45,6 +45,7 @@ use crate::reclaim::{ReclaimPolicy, Reclaimer};
 mod background;
 mod caller;
 mod file;
+mod listing;
 mod namespace;
 mod read;
 mod settings;
@@ -55,15 +56,8 @@ mod write;
 use background::flusher;
 pub use caller::Caller;
 use file::{wait_compressed, wait_submitted, Budget, FileNode, FileState, Slot, CLEARING};
+use listing::DirListing;
 pub use unstored::{Unstored, UnstoredFile};
-
-/// Where the listing of one open directory stands: the name each cookie handed to the kernel
-/// resumes after. Holds the names of one pass over the directory.
-#[derive(Default)]
-struct DirListing {
-    after: HashMap<i64, Vec<u8>>,
-    next_cookie: i64,
-}
 
 /// Settings of the file layer.
 #[derive(Debug, Clone)]

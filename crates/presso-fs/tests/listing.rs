@@ -1,0 +1,148 @@
+//! Directory listings through handles, as the FUSE adapter serves READDIR and READDIRPLUS:
+//! replies that fill up part way and resume from a cookie, entries removed between replies,
+//! and the attributes a READDIRPLUS carries (those a stat would give, unsaved writes included).
+
+mod sim;
+
+use std::sync::Arc;
+
+use presso_fs::pool::Pool;
+use presso_fs::vfs::Vfs;
+use presso_meta::memory::MemoryEngine;
+use presso_meta::{Attr, FileKind, MetaStore, NewNode, ROOT_INO};
+use presso_store::SimDir;
+
+fn mounted() -> Arc<Vfs> {
+    let (dir, meta) = (SimDir::new(), MemoryEngine::new());
+    Pool::create_with(
+        Arc::new(dir.clone()),
+        &MetaStore::new(Box::new(meta.handle())),
+        &[],
+    )
+    .expect("create");
+    let (pool, _) = Pool::open_with(
+        Arc::new(dir),
+        MetaStore::new(Box::new(meta.handle())),
+        sim::pool_options(),
+    )
+    .expect("open");
+    Vfs::new(pool, sim::vfs_config())
+}
+
+/// A listing with replies of `per_reply` entries, each resumed from the last cookie taken;
+/// `between` runs after each reply with everything listed so far.
+fn list_plus(
+    vfs: &Vfs,
+    dir: u64,
+    per_reply: usize,
+    mut between: impl FnMut(&[(Vec<u8>, Attr)]),
+) -> Vec<(Vec<u8>, Attr)> {
+    let fh = vfs.opendir();
+    let (mut got, mut offset) = (Vec::new(), 0);
+    loop {
+        let mut taken = 0;
+        vfs.readdir_plus_from(dir, fh, offset, |attr, cookie, name| {
+            if taken == per_reply {
+                return true;
+            }
+            taken += 1;
+            offset = cookie;
+            got.push((name.to_vec(), attr.clone()));
+            false
+        })
+        .expect("readdirplus");
+        if taken == 0 {
+            break;
+        }
+        between(&got);
+    }
+    vfs.releasedir(fh);
+    got
+}
+
+#[test]
+fn readdirplus_gives_what_stat_gives_across_replies() {
+    let vfs = mounted();
+    let d = vfs
+        .make_node(ROOT_INO, b"d", &NewNode::dir(0o755, 0, 0))
+        .unwrap()
+        .ino;
+    let mut names = Vec::new();
+    for i in 0..20 {
+        let name = format!("f{i:02}").into_bytes();
+        vfs.make_node(d, &name, &NewNode::file(0o644, 0, 0))
+            .unwrap();
+        names.push(name);
+    }
+    vfs.make_node(d, b"sub", &NewNode::dir(0o700, 0, 0))
+        .unwrap();
+    names.push(b"sub".to_vec());
+    // An open file with writes not yet compressed or committed: its size is the written one.
+    let written = vfs.lookup(d, b"f03").unwrap().ino;
+    let fh = vfs.open(written).unwrap();
+    vfs.write(written, 0, &[7u8; 5000]).unwrap();
+
+    let listed = list_plus(&vfs, d, 3, |_| {});
+    let listed_names: Vec<_> = listed.iter().map(|(n, _)| n.clone()).collect();
+    let mut expected = vec![b".".to_vec(), b"..".to_vec()];
+    expected.extend(names.iter().cloned());
+    assert_eq!(listed_names, expected);
+    assert_eq!(listed[0].1, vfs.getattr(d).unwrap(), "`.` is the directory");
+    assert_eq!(
+        listed[1].1,
+        vfs.getattr(ROOT_INO).unwrap(),
+        "`..` its parent"
+    );
+    for (name, attr) in &listed[2..] {
+        assert_eq!(
+            *attr,
+            vfs.lookup(d, name).unwrap(),
+            "{:?}",
+            String::from_utf8_lossy(name)
+        );
+    }
+    let f03 = &listed.iter().find(|(n, _)| n == b"f03").unwrap().1;
+    assert_eq!((f03.ino, f03.size), (written, 5000));
+    assert_eq!(listed.last().unwrap().1.kind, FileKind::Dir);
+
+    // The plain listing names the same entries, inodes and kinds.
+    let fh_dir = vfs.opendir();
+    let mut plain = Vec::new();
+    vfs.readdir_from(d, fh_dir, 0, |ino, _, kind, name| {
+        plain.push((name.to_vec(), ino, kind));
+        false
+    })
+    .unwrap();
+    vfs.releasedir(fh_dir);
+    let plus: Vec<_> = listed
+        .iter()
+        .map(|(n, a)| (n.clone(), a.ino, a.kind))
+        .collect();
+    assert_eq!(plain, plus);
+    vfs.release(written, fh).unwrap();
+}
+
+#[test]
+fn entries_removed_between_replies_shift_nothing() {
+    let vfs = mounted();
+    let expected: Vec<String> = (0..30).map(|i| format!("n{i:02}")).collect();
+    for name in &expected {
+        vfs.make_node(ROOT_INO, name.as_bytes(), &NewNode::file(0o644, 0, 0))
+            .unwrap();
+    }
+    // A program that removes what it has listed after each reply (as `rm -r` does).
+    let mut removed = 0;
+    let listed = list_plus(&vfs, ROOT_INO, 4, |so_far| {
+        for (name, _) in &so_far[2 + removed..] {
+            vfs.unlink(ROOT_INO, name).unwrap();
+            removed += 1;
+        }
+    });
+    let names: Vec<_> = listed
+        .iter()
+        .skip(2)
+        .map(|(n, _)| String::from_utf8(n.clone()).unwrap())
+        .collect();
+    assert_eq!(names, expected, "every entry listed once, none skipped");
+    assert_eq!(removed, 30);
+}
