@@ -9,10 +9,11 @@ use std::sync::Arc;
 use presso_fs::pool::Pool;
 use presso_fs::vfs::Vfs;
 use presso_meta::memory::MemoryEngine;
-use presso_meta::{Attr, FileKind, MetaStore, NewNode, ROOT_INO};
+use presso_meta::{Attr, FileKind, MetaEngine, MetaStore, NewNode, ROOT_INO};
 use presso_store::SimDir;
 
-fn mounted() -> Arc<Vfs> {
+/// A file layer on a fresh pool, and its metadata engine (to damage it).
+fn mounted() -> (Arc<Vfs>, MemoryEngine) {
     let (dir, meta) = (SimDir::new(), MemoryEngine::new());
     Pool::create_with(
         Arc::new(dir.clone()),
@@ -26,7 +27,7 @@ fn mounted() -> Arc<Vfs> {
         sim::pool_options(),
     )
     .expect("open");
-    Vfs::new(pool, sim::vfs_config())
+    (Vfs::new(pool, sim::vfs_config()), meta)
 }
 
 /// A listing with replies of `per_reply` entries, each resumed from the last cookie taken;
@@ -41,13 +42,15 @@ fn list_plus(
     let (mut got, mut offset) = (Vec::new(), 0);
     loop {
         let mut taken = 0;
-        vfs.readdir_plus_from(dir, fh, offset, |attr, cookie, name| {
+        vfs.readdir_plus_from(dir, fh, offset, |ino, kind, attr, cookie, name| {
             if taken == per_reply {
                 return true;
             }
             taken += 1;
             offset = cookie;
-            got.push((name.to_vec(), attr.clone()));
+            let attr = attr.expect("every entry has attributes").clone();
+            assert_eq!((ino, kind), (attr.ino, attr.kind));
+            got.push((name.to_vec(), attr));
             false
         })
         .expect("readdirplus");
@@ -62,7 +65,7 @@ fn list_plus(
 
 #[test]
 fn readdirplus_gives_what_stat_gives_across_replies() {
-    let vfs = mounted();
+    let (vfs, _) = mounted();
     let d = vfs
         .make_node(ROOT_INO, b"d", &NewNode::dir(0o755, 0, 0))
         .unwrap()
@@ -124,7 +127,7 @@ fn readdirplus_gives_what_stat_gives_across_replies() {
 
 #[test]
 fn entries_removed_between_replies_shift_nothing() {
-    let vfs = mounted();
+    let (vfs, _) = mounted();
     let expected: Vec<String> = (0..30).map(|i| format!("n{i:02}")).collect();
     for name in &expected {
         vfs.make_node(ROOT_INO, name.as_bytes(), &NewNode::file(0o644, 0, 0))
@@ -145,4 +148,36 @@ fn entries_removed_between_replies_shift_nothing() {
         .collect();
     assert_eq!(names, expected, "every entry listed once, none skipped");
     assert_eq!(removed, 30);
+}
+
+#[test]
+fn a_name_whose_inode_is_lost_is_listed_without_attributes() {
+    let (vfs, meta) = mounted();
+    let lost = vfs
+        .make_node(ROOT_INO, b"lost", &NewNode::file(0o644, 0, 0))
+        .unwrap()
+        .ino;
+    let kept = vfs
+        .make_node(ROOT_INO, b"kept", &NewNode::file(0o644, 0, 0))
+        .unwrap()
+        .ino;
+    let mut tx = meta.write().unwrap();
+    assert!(tx.delete_inode(lost).unwrap());
+    tx.commit().unwrap();
+
+    let fh = vfs.opendir();
+    let mut listed = Vec::new();
+    vfs.readdir_plus_from(ROOT_INO, fh, 2, |ino, kind, attr, _, name| {
+        listed.push((name.to_vec(), ino, kind, attr.map(|a| a.ino)));
+        false
+    })
+    .expect("one damaged name does not fail the listing");
+    vfs.releasedir(fh);
+    assert_eq!(
+        listed,
+        [
+            (b"kept".to_vec(), kept, FileKind::File, Some(kept)),
+            (b"lost".to_vec(), lost, FileKind::File, None),
+        ]
+    );
 }

@@ -245,6 +245,9 @@ pub trait MetaEngine: Send + Sync {
     }
 }
 
+/// A directory entry's name, the entry, and the inode row it names (`None` if missing).
+pub type ListedDentry = (Vec<u8>, Dentry, Option<InodeRow>);
+
 /// The primitives of one transaction. Deleting a missing row is not an error; the `bool` results
 /// say whether a row existed.
 pub trait Txn {
@@ -268,6 +271,20 @@ pub trait Txn {
         after: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Dentry)>>;
+    /// [`Txn::list_dentries`] with the inode row each entry names (`None` when there is none,
+    /// which only damaged metadata has). An engine may read both in one query.
+    fn list_dentries_with_inodes(
+        &mut self,
+        parent: u64,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<ListedDentry>> {
+        let entries = self.list_dentries(parent, after, limit)?;
+        entries
+            .into_iter()
+            .map(|(name, d)| Ok((name, d, self.get_inode(d.ino)?)))
+            .collect()
+    }
     /// Number of entries of `parent`.
     fn count_dentries(&mut self, parent: u64) -> Result<u64>;
 

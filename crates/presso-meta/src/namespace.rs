@@ -405,27 +405,29 @@ impl MetaStore {
         })
     }
 
-    /// [`MetaStore::readdir`] with each entry's attributes, read in the same transaction.
+    /// [`MetaStore::readdir`] with each entry's attributes, read in the same transaction;
+    /// `None` for a name whose inode is missing (damaged metadata), so that one damaged name
+    /// does not hide the others.
     pub fn readdir_plus(
         &self,
         ino: u64,
         after: Option<&[u8]>,
         limit: usize,
-    ) -> Result<Vec<(DirEntry, Attr)>> {
+    ) -> Result<Vec<(DirEntry, Option<Attr>)>> {
         self.read(|tx| {
             dir(tx, ino)?;
-            tx.list_dentries(ino, after, limit)?
+            let entries = tx.list_dentries_with_inodes(ino, after, limit)?;
+            Ok(entries
                 .into_iter()
-                .map(|(name, d)| {
-                    let attr = inode(tx, d.ino)?.attr;
+                .map(|(name, d, row)| {
                     let entry = DirEntry {
                         name,
                         ino: d.ino,
                         kind: d.kind,
                     };
-                    Ok((entry, attr))
+                    (entry, row.map(|r| r.attr))
                 })
-                .collect()
+                .collect())
         })
     }
 

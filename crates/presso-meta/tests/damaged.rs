@@ -183,6 +183,39 @@ fn a_parent_pointer_cycle_is_corrupt_not_a_hang() {
     on_each_engine(damage, check);
 }
 
+#[test]
+fn a_name_without_its_inode_is_listed_without_attributes() {
+    // The file's inode row is gone while its name stays: both listings still name it and the
+    // directory beside it; only the damaged name has no attributes (a lookup of it fails).
+    let damage = |e: &dyn MetaEngine| {
+        let mut tx = e.write().unwrap();
+        assert!(tx.delete_inode(2).unwrap());
+        tx.commit().unwrap();
+    };
+    let check = |engine: &str, store: MetaStore| {
+        let names: Vec<_> = store
+            .readdir(ROOT_INO, None, 10)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(names, [b"dir".to_vec(), b"file".to_vec()], "{engine}");
+        assert_eq!(
+            store.lookup(ROOT_INO, b"file"),
+            Err(MetaError::NotFound),
+            "{engine}"
+        );
+        let plus = store.readdir_plus(ROOT_INO, None, 10).unwrap();
+        let got: Vec<_> = plus
+            .iter()
+            .map(|(e, attr)| (e.name.clone(), e.ino, attr.as_ref().map(|a| a.ino)))
+            .collect();
+        let expected = [(b"dir".to_vec(), 3, Some(3)), (b"file".to_vec(), 2, None)];
+        assert_eq!(got, expected, "{engine}");
+    };
+    on_each_engine(damage, check);
+}
+
 /// Column values no build writes, put in with SQL on a closed database: a number out of its
 /// field's range, nanoseconds of a second or more, text where a number belongs.
 #[test]

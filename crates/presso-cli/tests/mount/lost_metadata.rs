@@ -100,3 +100,38 @@ fn presso_recover_rebuilds_a_corrupted_metadata_database() {
     assert_file_eq(&mnt.join(format!("lost+found/{c_ino}")), &c);
     daemon.unmount().unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// A name whose inode row is gone from the metadata (edited with SQL while unmounted): listing
+/// its directory still gives every name, the others with their attributes, and only a stat or
+/// open of the damaged name fails.
+#[test]
+fn a_name_without_its_inode_does_not_hide_its_neighbours() {
+    let mut f = Fixture::new("lost-inode");
+    std::fs::create_dir(f.p("d")).unwrap();
+    for name in ["a", "lost", "z"] {
+        write_synced(&f.p(&format!("d/{name}")), name.as_bytes());
+    }
+    let lost = std::fs::metadata(f.p("d/lost")).unwrap().ino();
+    f.unmount();
+    let db = rusqlite::Connection::open(f.pool.join("meta.db")).unwrap();
+    let removed = db
+        .execute("DELETE FROM inodes WHERE ino = ?1", [lost as i64])
+        .unwrap();
+    assert_eq!(removed, 1);
+    drop(db);
+    f.mount(&[]);
+    let mut names: Vec<String> = std::fs::read_dir(f.p("d"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["a", "lost", "z"]);
+    for name in ["a", "z"] {
+        assert_eq!(
+            std::fs::read(f.p(&format!("d/{name}"))).unwrap(),
+            name.as_bytes()
+        );
+    }
+    let err = std::fs::metadata(f.p("d/lost")).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::NotFound, "{err}");
+}

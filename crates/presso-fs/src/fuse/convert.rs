@@ -99,6 +99,15 @@ pub(super) fn removed_file_attr(ino: u64, atime: SystemTime, mtime: SystemTime) 
     }
 }
 
+/// Attributes of a listed name of kind `k` whose inode `ino` the metadata cannot give: no
+/// permissions, no bytes, no links (sent valid for no time, so nothing relies on them).
+pub(super) fn unknown_attr(ino: u64, k: FileKind) -> FileAttr {
+    FileAttr {
+        kind: kind(k),
+        ..removed_file_attr(ino, UNIX_EPOCH, UNIX_EPOCH)
+    }
+}
+
 pub(super) fn caller(req: &Request) -> Caller {
     Caller {
         uid: req.uid(),

@@ -29,7 +29,7 @@ use crate::error::FsError;
 use crate::vfs::Vfs;
 use convert::{
     attr, caller, empty, entry, errno, file_attr, kind, looked_up, removed_file_attr, time,
-    time_or_now, xattr_bytes,
+    time_or_now, unknown_attr, xattr_bytes,
 };
 
 /// How long the kernel may keep names and attributes without asking again, by default. One
@@ -452,16 +452,16 @@ impl Filesystem for PressoFs {
         let ttl = self.ttl;
         let listed = self
             .vfs
-            .readdir_plus_from(ino.0, fh.0, offset, |a, cookie, name| {
+            .readdir_plus_from(ino.0, fh.0, offset, |ino, k, a, cookie, name| {
                 let name = OsStr::from_bytes(name);
-                reply.add(
-                    INodeNo(a.ino),
-                    cookie,
-                    name,
-                    &ttl,
-                    &file_attr(a),
-                    Generation(0),
-                )
+                let (attr, ttl) = match a {
+                    Some(a) => (file_attr(a), ttl),
+                    // Valid for no time: the name is listed, and any use of it asks the
+                    // daemon again (and fails, as a lookup of a damaged name does). Node 0
+                    // would hide the name: the library lists entries under their node.
+                    None => (unknown_attr(ino, k), Duration::ZERO),
+                };
+                reply.add(INodeNo(ino), cookie, name, &ttl, &attr, Generation(0))
             });
         match listed {
             Ok(()) => reply.ok(),

@@ -144,13 +144,14 @@ impl Pool {
         Ok(self.meta.readdir(ino, after, limit)?)
     }
 
-    /// Lists a directory after `after` (exclusive), with each entry's committed attributes.
+    /// Lists a directory after `after` (exclusive), with each entry's committed attributes
+    /// (`None` where the metadata lacks them).
     pub fn readdir_plus(
         &self,
         ino: u64,
         after: Option<&[u8]>,
         limit: usize,
-    ) -> Result<Vec<(DirEntry, Attr)>> {
+    ) -> Result<Vec<(DirEntry, Option<Attr>)>> {
         Ok(self.meta.readdir_plus(ino, after, limit)?)
     }
 

@@ -56,27 +56,34 @@ impl Vfs {
     }
 
     /// [`Vfs::readdir_from`] with each entry's attributes (as [`Vfs::getattr`] gives them), so
-    /// the kernel needs no lookup for the names it lists. `.` and `..` carry their own.
+    /// the kernel needs no lookup for the names it lists: `add(ino, kind, attributes, cookie,
+    /// name)`. `.` and `..` carry their own. A name whose inode the metadata lacks (damage)
+    /// comes without attributes rather than failing the listing of its neighbours.
     pub fn readdir_plus_from(
         &self,
         ino: u64,
         fh: u64,
         offset: u64,
-        mut add: impl FnMut(&Attr, u64, &[u8]) -> bool,
+        mut add: impl FnMut(u64, FileKind, Option<&Attr>, u64, &[u8]) -> bool,
     ) -> Result<()> {
         self.list_from(
             ino,
             fh,
             offset,
-            |dir| self.getattr(dir),
+            |dir| Ok((dir, FileKind::Dir, Some(self.getattr(dir)?))),
             |after| {
                 let page = self.pool.readdir_plus(ino, after, PAGE)?;
                 Ok(page
                     .into_iter()
-                    .map(|(e, attr)| (e.name, self.with_live_size(attr)))
+                    .map(|(e, attr)| {
+                        (
+                            e.name,
+                            (e.ino, e.kind, attr.map(|a| self.with_live_size(a))),
+                        )
+                    })
                     .collect())
             },
-            |attr, cookie, name| add(attr, cookie, name),
+            |(ino, kind, attr), cookie, name| add(*ino, *kind, attr.as_ref(), cookie, name),
         )
     }
 

@@ -13,7 +13,8 @@ use super::rows::{
 };
 use super::{eng_on, SqliteEngine, Writer, COUNTER_DURABLE_COMMITS};
 use crate::engine::{
-    CodecSpace, Dentry, FileKind, InodeRow, RecordLocation, RecordRef, SegmentUsage, Txn,
+    CodecSpace, Dentry, FileKind, InodeRow, ListedDentry, RecordLocation, RecordRef, SegmentUsage,
+    Txn,
 };
 use crate::error::{MetaError, Result};
 
@@ -218,6 +219,58 @@ impl Txn for SqliteTxn<'_> {
                     kind: FileKind::from_code(k)?,
                 },
             ));
+        }
+        Ok(out)
+    }
+
+    fn list_dentries_with_inodes(
+        &mut self,
+        parent: u64,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<ListedDentry>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        // The inode's columns first, in the order `row_to_inode` reads them.
+        let mut st = self
+            .c()?
+            .prepare_cached(
+                "SELECT i.ino, i.kind, i.mode, i.uid, i.gid, i.size, i.nlink, i.atime_s,
+                        i.atime_ns, i.mtime_s, i.mtime_ns, i.ctime_s, i.ctime_ns, i.rdev,
+                        i.parent, i.target, d.name, d.ino, d.kind
+                 FROM dentries d LEFT JOIN inodes i ON i.ino = d.ino
+                 WHERE d.parent = ?1 AND (?2 IS NULL OR d.name > ?2)
+                 ORDER BY d.name LIMIT ?3",
+            )
+            .map_err(self.err())?;
+        let rows = st
+            .query_map(params![parent as i64, after, limit], |r| {
+                let inode = match r.get::<_, Option<i64>>(0)? {
+                    Some(_) => Some(row_to_inode(r)?),
+                    None => None,
+                };
+                Ok((
+                    r.get::<_, Vec<u8>>(16)?,
+                    r.get::<_, i64>(17)?,
+                    r.get::<_, u8>(18)?,
+                    inode,
+                ))
+            })
+            .map_err(self.err())?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (name, ino, k, inode) = row.map_err(self.err())?;
+            let inode = match inode {
+                Some((mut row, kind)) => {
+                    row.attr.kind = FileKind::from_code(kind)?;
+                    Some(row)
+                }
+                None => None,
+            };
+            let dentry = Dentry {
+                ino: ino as u64,
+                kind: FileKind::from_code(k)?,
+            };
+            out.push((name, dentry, inode));
         }
         Ok(out)
     }
