@@ -10,17 +10,10 @@ use presso_fs::pool::Pool;
 use presso_fs::vfs::Vfs;
 use presso_meta::memory::MemoryEngine;
 use presso_meta::{Attr, FileKind, MetaEngine, MetaStore, NewNode, ROOT_INO};
-use presso_store::SimDir;
 
 /// A file layer on a fresh pool, and its metadata engine (to damage it).
 fn mounted() -> (Arc<Vfs>, MemoryEngine) {
-    let (dir, meta) = (SimDir::new(), MemoryEngine::new());
-    Pool::create_with(
-        Arc::new(dir.clone()),
-        &MetaStore::new(Box::new(meta.handle())),
-        &[],
-    )
-    .expect("create");
+    let (dir, meta) = sim::new_pool();
     let (pool, _) = Pool::open_with(
         Arc::new(dir),
         MetaStore::new(Box::new(meta.handle())),

@@ -28,17 +28,6 @@ fn mounted(dir: &SimDir, meta: &MemoryEngine) -> Arc<Vfs> {
     Vfs::new(pool, sim::vfs_config())
 }
 
-fn new_pool() -> (SimDir, MemoryEngine) {
-    let (dir, meta) = (SimDir::new(), MemoryEngine::new());
-    Pool::create_with(
-        Arc::new(dir.clone()),
-        &MetaStore::new(Box::new(meta.handle())),
-        &[],
-    )
-    .expect("create");
-    (dir, meta)
-}
-
 fn new_file(vfs: &Vfs) -> u64 {
     let node = NewNode {
         kind: FileKind::File,
@@ -84,7 +73,7 @@ fn assert_time_kept(vfs: Arc<Vfs>, dir: &SimDir, meta: &MemoryEngine, ino: u64, 
 /// once, the size op after it. The time set must win, before and after a remount.
 #[test]
 fn a_time_set_after_a_truncate_survives_the_truncates_commit() {
-    let (dir, meta) = new_pool();
+    let (dir, meta) = sim::new_pool();
     let vfs = mounted(&dir, &meta);
     let ino = new_file(&vfs);
     let fh = vfs.open(ino).unwrap();
@@ -106,7 +95,7 @@ fn a_time_set_after_a_truncate_survives_the_truncates_commit() {
 /// once): `rsync --preallocate -t`, download tools that reserve the length first.
 #[test]
 fn a_time_set_after_a_fallocate_survives_its_commit() {
-    let (dir, meta) = new_pool();
+    let (dir, meta) = sim::new_pool();
     let vfs = mounted(&dir, &meta);
     let ino = new_file(&vfs);
     let fh = vfs.open(ino).unwrap();

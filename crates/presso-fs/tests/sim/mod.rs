@@ -58,6 +58,18 @@ pub fn vfs_config() -> VfsConfig {
     }
 }
 
+/// A new pool with the default properties on simulated parts, not opened.
+pub fn new_pool() -> (SimDir, MemoryEngine) {
+    let (dir, meta) = (SimDir::new(), MemoryEngine::new());
+    Pool::create_with(
+        Arc::new(dir.clone()),
+        &MetaStore::new(Box::new(meta.handle())),
+        &[],
+    )
+    .expect("create");
+    (dir, meta)
+}
+
 impl Fs {
     /// A new pool with `config`'s properties, mounted.
     pub fn new(config: &Config) -> Fs {
