@@ -1,10 +1,11 @@
 //! The FUSE adapter: each method converts arguments, calls the [`Vfs`], and replies. Errors are
 //! mapped to errno here and nowhere else ([`FsError::errno`]).
 //!
-//! The session thread runs namespace operations, writes, flushes and releases inline (they only
-//! touch metadata, copy into record buffers or hand records to the engine); reads, fsync and
-//! fallocate, which may wait for decodes or commits, go to a small thread pool with their reply,
-//! so one slow decode never stalls the mount. A hand-off costs a thread wake-up, which on a
+//! Several session threads read requests, each from its own clone of the FUSE device
+//! ([`DEFAULT_CHANNELS`], mount option `channels=`). Each runs namespace operations, writes,
+//! flushes and releases inline (they only touch metadata, copy into record buffers or hand
+//! records to the engine); reads, fsync and fallocate, which may wait for decodes or commits, go
+//! to a small thread pool with their reply, so one slow decode never stalls the mount. A hand-off costs a thread wake-up, which on a
 //! virtual machine can cost more than the request itself: serving a close (FLUSH, then RELEASE)
 //! inline made creating small files 19% faster there (docs/benchmarks.md).
 
@@ -338,7 +339,7 @@ impl Filesystem for PressoFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -351,7 +352,7 @@ impl Filesystem for PressoFs {
         let unprivileged = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         match self
             .vfs
-            .write_by(ino.0, offset, data, unprivileged, caller(_req))
+            .write_by(ino.0, offset, data, unprivileged, caller(req))
         {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(&e)),
