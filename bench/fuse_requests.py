@@ -11,7 +11,10 @@ Counts do not depend on the machine's load, unlike timings.
     strace -f -p DAEMON_PID -xx -s 8 -o LOG &          # attach once mounted
     ... workload ...; sync -f MNT; sleep 7             # let one transaction group commit
     kill -INT STRACE_PID
-    bench/fuse_requests.py LOG FUSE_FD FILES [COMM]    # FUSE_FD: ls -l /proc/DAEMON_PID/fd
+    bench/fuse_requests.py LOG FUSE_FDS FILES [COMM]   # FUSE_FDS: ls -l /proc/DAEMON_PID/fd
+
+FUSE_FDS is the descriptor of /dev/fuse, or several separated by commas: each request channel
+(mount option `channels=`, 2 by default) reads from its own clone of the device.
 
 FILES divides the request counts (requests per file). COMM, optional, has lines "TID NAME"
 (from /proc/DAEMON_PID/task/*/comm) to name the other threads.
@@ -41,7 +44,8 @@ def opcode(text):
     return OPS.get(code, str(code))
 
 
-def main(log, fd, files, comm_file=None):
+def main(log, fds, files, comm_file=None):
+    fds = tuple(f + ',' for f in fds.split(','))
     names = {}
     if comm_file:
         for line in open(comm_file):
@@ -69,7 +73,7 @@ def main(log, fd, files, comm_file=None):
         if not c:
             continue
         call, args = c.groups()
-        if call == 'read' and args.startswith(fd + ','):
+        if call == 'read' and args.startswith(fds):
             if '<unfinished' in args:
                 pending.add(tid)
             else:
@@ -78,7 +82,7 @@ def main(log, fd, files, comm_file=None):
                     requests[op] += 1
                     serving[tid] = op
             continue
-        if call == 'writev' and args.startswith(fd + ','):
+        if call == 'writev' and args.startswith(fds):
             continue  # the reply
         bucket = 'op:' + serving[tid] if tid in serving else 'thread:' + names.get(tid, tid)
         calls[bucket][call] += 1
