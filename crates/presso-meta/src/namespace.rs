@@ -47,6 +47,15 @@ const INO_LIMIT: u64 = i64::MAX as u64;
 /// Hands out the next inode number (never reused, always above the root). The counter is read
 /// from the metadata: a value no correct build writes (at or past [`INO_LIMIT`], or the number of
 /// an inode that exists) is damage, and creating a node over it would replace that inode.
+/// The entry a listing gives for directory entry `d` called `name`.
+fn listed(name: Vec<u8>, d: Dentry) -> DirEntry {
+    DirEntry {
+        name,
+        ino: d.ino,
+        kind: d.kind,
+    }
+}
+
 fn alloc_ino(tx: &mut dyn Txn) -> Result<u64> {
     let next = tx.get_counter(COUNTER_NEXT_INODE)?.max(ROOT_INO + 1);
     if next >= INO_LIMIT {
@@ -396,11 +405,7 @@ impl MetaStore {
             Ok(tx
                 .list_dentries(ino, after, limit)?
                 .into_iter()
-                .map(|(name, d)| DirEntry {
-                    name,
-                    ino: d.ino,
-                    kind: d.kind,
-                })
+                .map(|(name, d)| listed(name, d))
                 .collect())
         })
     }
@@ -419,14 +424,7 @@ impl MetaStore {
             let entries = tx.list_dentries_with_inodes(ino, after, limit)?;
             Ok(entries
                 .into_iter()
-                .map(|(name, d, row)| {
-                    let entry = DirEntry {
-                        name,
-                        ino: d.ino,
-                        kind: d.kind,
-                    };
-                    (entry, row.map(|r| r.attr))
-                })
+                .map(|(name, d, row)| (listed(name, d), row.map(|r| r.attr)))
                 .collect())
         })
     }
