@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Namespace-heavy work through a Presso mount, side by side with the kernel's ext4 (and btrfs
-# compress-force=zstd:1 when mkfs.btrfs is installed) on the same loop-device disk, in one run:
+# compress-force=zstd:1 when mkfs.btrfs is installed) and the FUSE floor (the least any FUSE file
+# system costs here: crates/presso-fs/examples/fuse_floor.rs) on the same loop-device disk, in one
+# run:
 #   tar x     extract the Linux 6.1 source tarball (83.7k entries, 1.36 GB), then `sync -f`
 #   find      `find DIR | wc -l` over the extracted tree, right after
 #   checkout  `git checkout` of the same tree from a repository on the host disk, then `sync -f`
@@ -10,8 +12,9 @@
 #   bench/namespace.sh [REPEATS=3] [WORK_DIR=/var/tmp/presso-namespace-bench]
 #
 # Repetitions are outermost, so the targets alternate and drift on a shared machine hits them all
-# alike. Prints a markdown table of medians (seconds) and Presso ÷ ext4 against the targets
-# (tar x ≤ 2x, find ≤ 3x, rm -rf ≤ 1x). PRESSO_NS_TARBALL=FILE uses another tarball (the default
+# alike. Prints a markdown table of medians (seconds), Presso ÷ ext4 against the targets
+# (tar x ≤ 2x, find ≤ 3x, rm -rf ≤ 1x), and the floor ÷ ext4 beside it. PRESSO_NS_TARGETS picks
+# targets (default "ext4 btrfs floor presso"; btrfs only when mkfs.btrfs is installed). PRESSO_NS_TARBALL=FILE uses another tarball (the default
 # is /usr/src/linux-source-6.1.tar.xz, from Debian's linux-source-6.1, installed if missing);
 # PRESSO_COMPRESSION (default gzip-6) picks Presso's codec; PRESSO_HALT_POLL_NS sets a virtual
 # machine's guest halt polling for the run (bench/lib/loopdisk.sh); PRESSO_BIN=FILE measures that
@@ -33,6 +36,8 @@ bash scripts/install-packages.sh git xz-utils python3 btrfs-progs
 
 source bench/lib/loopdisk.sh
 presso=$(presso_binary)
+cargo build --release -q -p presso-fs --example fuse_floor >&2
+floor=$PWD/target/release/examples/fuse_floor
 
 # The tree, unpacked once on the host disk, and a repository of it for the checkout phase.
 tree=$work/tree
@@ -52,10 +57,16 @@ tree_bytes=$(du -sb "$tree" | cut -f1)
 # Room for the tree twice (extracted and checked out), its metadata, and a gibibyte.
 make_disk $(( tree_bytes * 3 + (1 << 30) ))
 
-targets=(ext4 presso)
-command -v mkfs.btrfs >/dev/null && targets=(ext4 btrfs presso)
+read -r -a targets <<< "${PRESSO_NS_TARGETS:-ext4 btrfs floor presso}"
+command -v mkfs.btrfs >/dev/null || targets=("${targets[@]/btrfs}")
+read -r -a targets <<< "${targets[*]}"
+for t in "${targets[@]}"; do
+  case $t in ext4 | btrfs | floor | presso) ;; *) echo "PRESSO_NS_TARGETS: unknown target $t" >&2; exit 1 ;; esac
+done
+[[ " ${targets[*]} " == *" ext4 "* ]] || { echo "PRESSO_NS_TARGETS: ext4 is the reference; keep it" >&2; exit 1; }
 btrfs_img=$work/btrfs.img
 btrfs_loop=""
+floor_pid=""
 
 # setup TARGET: an empty file system of TARGET mounted at $work/mnt-TARGET.
 setup() {
@@ -68,6 +79,14 @@ setup() {
       mkfs.btrfs -q -f "$btrfs_img"
       btrfs_loop=$(losetup --direct-io=on --find --show "$btrfs_img")
       mount -o compress-force=zstd:1 "$btrfs_loop" "$dir" ;;
+    floor)
+      # The floor prints one line once its mount is in place.
+      local line=""
+      exec {floor_out}< <("$floor" "$disk/floor" "$dir")
+      floor_pid=$!
+      read -r -u "$floor_out" line || true
+      exec {floor_out}<&-
+      [ "$line" = mounted ] || { echo "the FUSE floor did not mount" >&2; exit 1; } ;;
     presso)
       rm -rf "$disk/pool"
       "$presso" create "$disk/pool" -o compression="$compression" >/dev/null
@@ -79,6 +98,7 @@ teardown() {
   case $target in
     ext4) umount "$dir"; rm -rf "$disk/ext4" ;;
     btrfs) umount "$dir"; losetup -d "$btrfs_loop"; btrfs_loop=""; rm -f "$btrfs_img" ;;
+    floor) umount "$dir"; wait "$floor_pid" || true; floor_pid=""; rm -rf "$disk/floor" ;;
     presso) "$presso" unmount "$dir" >/dev/null; rm -rf "$disk/pool" ;;
   esac
 }
@@ -136,9 +156,11 @@ for target in "${targets[@]}"; do
   echo "$row"
 done
 echo
-echo "| Presso ÷ ext4 | measured | target |"
-echo "|---|---:|---|"
+has() { [[ " ${targets[*]} " == *" $1 "* ]]; }
+ratio() { has "$1" && echo "$(x "$(med "$1" "$2")" "$(med ext4 "$2")")x" || echo "–"; }
+echo "| ÷ ext4 | Presso | FUSE floor | target (Presso) |"
+echo "|---|---:|---:|---|"
 for p in "${phases[@]}"; do
   case $p in "tar x") goal="≤ 2x" ;; find) goal="≤ 3x" ;; "rm -rf") goal="≤ 1x" ;; *) goal="–" ;; esac
-  echo "| $p | $(x "$(med presso "$p")" "$(med ext4 "$p")")x | $goal |"
+  echo "| $p | $(ratio presso "$p") | $(ratio floor "$p") | $goal |"
 done

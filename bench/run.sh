@@ -10,7 +10,8 @@ usage() {
     cat <<'EOF'
 usage: bench/run.sh [--quick | --full] [options]
 
-Sets up every target on image files under the work directory (ext4; btrfs with compress-force
+Sets up every target on image files under the work directory (ext4; the FUSE floor, the least a
+FUSE file system costs here; btrfs with compress-force
 zlib:3, zstd:1, zstd:3, lzo; zfs-fuse with compression off, lzjb, gzip-1, gzip-6, zle; Presso with
 compression off, lz4, gzip-6 in software, gzip-6 on the ISA-L engine, zstd-3), runs the workloads
 (FIO as in QZFS Figure 7, copying and cold-reading the real-data corpus, a genomics pipeline as in
@@ -41,7 +42,7 @@ options:
                        one more Presso target, e.g. presso-auto=compression=auto (repeatable)
   --no-install         do not apt-get the packages (fio zfs-fuse btrfs-progs btrfs-compsize
                        e2fsprogs samtools biobambam2 python3-matplotlib)
-  --no-build           do not run cargo build --release -p presso-cli
+  --no-build           do not build presso and the FUSE floor (cargo build --release)
   --dry-run            print the targets, workloads and settings, and exit
   --teardown           undo whatever a killed run left (mounts, pools, loop devices, daemons)
   --report-only        rewrite report.md and the plots from OUT/results.csv
@@ -91,8 +92,9 @@ fi
 
 if [[ $action == run && $build -eq 1 ]]; then
     if command -v cargo >/dev/null; then
-        echo "building presso (cargo build --release -p presso-cli)" >&2
-        (cd "$repo" && cargo build --release -p presso-cli 2>&1 | tail -n 3) ||
+        echo "building presso (cargo build --release -p presso-cli, and the FUSE floor)" >&2
+        (cd "$repo" && cargo build --release -p presso-cli 2>&1 | tail -n 3 &&
+            cargo build --release -p presso-fs --example fuse_floor 2>&1 | tail -n 3) ||
             echo "warning: the presso build failed; its targets will be recorded as failed" >&2
     else
         echo "warning: no cargo; the Presso targets need target/release/presso (or --presso)" >&2

@@ -48,6 +48,8 @@ class Ctx:
     def __init__(self, work, registry, image_bytes, presso, extra_presso=()):
         self.work, self.registry, self.image_bytes = work, registry, image_bytes
         self.presso, self.extra_presso = presso, list(extra_presso)
+        # Built beside presso (cargo build --release -p presso-fs --example fuse_floor).
+        self.floor = os.path.join(os.path.dirname(presso), "examples", "fuse_floor") if presso else None
         self.zfs_note = None
 
     def ensure_zfs_daemon(self):

@@ -160,7 +160,7 @@ COMPARE_METRICS = [
 # target is also compared with the three main anchors.
 MAIN_ANCHORS = ["ext4", "zfs-gzip-6", "btrfs-zstd:3"]
 PAIRS = {
-    "presso-off": ["ext4", "zfs-off"],
+    "presso-off": ["ext4", "fuse-floor", "zfs-off"],
     "presso-lz4": ["zfs-lzjb", "btrfs-lzo"],
     "presso-gzip-6": ["zfs-gzip-6", "btrfs-zlib:3"],
     "presso-gzip-6-isal": ["zfs-gzip-6", "btrfs-zlib:3"],

@@ -7,7 +7,8 @@ import os
 import metrics
 import workloads
 
-FAMILY_COLOURS = {"ext4": "#7f7f7f", "btrfs": "#1f77b4", "zfs-fuse": "#ff7f0e", "presso": "#2ca02c"}
+FAMILY_COLOURS = {"ext4": "#7f7f7f", "btrfs": "#1f77b4", "zfs-fuse": "#ff7f0e", "presso": "#2ca02c",
+                  "fuse-floor": "#9467bd"}
 
 
 # --- CSV ----------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ offers the same operations to the workloads:
 import os
 import re
 import shutil
+import subprocess
 import time
 
 import parsers
@@ -258,6 +259,40 @@ class ZfsFuse(Target):
                 "source": "zfs compressratio"}
 
 
+class FuseFloor(Target):
+    """The least a FUSE file system costs here: Presso's mount options and INIT capabilities, names
+    in memory, each file's bytes in a plain file of its own on an ext4 disk, nothing else
+    (crates/presso-fs/examples/fuse_floor.rs). Presso ÷ this is Presso's own cost; this ÷ ext4 is
+    the kernel's FUSE."""
+    fs = "fuse-floor"
+
+    def setup(self):
+        if not self.ctx.floor or not os.access(self.ctx.floor, os.X_OK):
+            raise TargetError("no fuse_floor binary (cargo build --release -p presso-fs --example fuse_floor)")
+        self._fresh_dir()
+        self.backing = os.path.join(self.dir, "backing")
+        os.makedirs(self.backing)
+        self.img = self._image("disk.img")
+        self.dev = self._loop(self.img)
+        self.sh(MKFS_EXT4 + [self.dev], record=False)
+        self.commands.append(" ".join(MKFS_EXT4 + ["LOOP"]))
+        self._mount(self.dev, self.backing)
+        # Registered first: a mount that half-succeeded must still be undone. Unmounting ends
+        # the daemon.
+        self.add("fuse_mount", path=self.mnt, unmount_cmd=["umount", self.mnt])
+        data = os.path.join(self.backing, "data")
+        self.commands.append(f"fuse_floor {_rel(data, self.ctx.work)} {_rel(self.mnt, self.ctx.work)} &")
+        self.daemon = subprocess.Popen([self.ctx.floor, data, self.mnt], stdout=subprocess.PIPE)
+        # The daemon prints one line once the mount is in place (or exits with an error).
+        if self.daemon.stdout.readline().strip() != b"mounted":
+            raise TargetError(f"fuse_floor did not mount (exit status {self.daemon.wait()})")
+
+    def cold_cycle(self):
+        # The floor's names live in its memory, so it is not remounted: dropping the caches
+        # makes the kernel forget the mount's pages, names and attributes, and the backing disk's.
+        sysutil.drop_caches()
+
+
 class Presso(Target):
     fs = "presso"
     anchor = False
@@ -325,7 +360,7 @@ class Presso(Target):
 # --- the target list ---------------------------------------------------------------------------
 def all_targets(ctx):
     """Every target, anchors first, in the order they run."""
-    t = [Ext4("ext4", "no compression", ctx)]
+    t = [Ext4("ext4", "no compression", ctx), FuseFloor("fuse-floor", "no compression", ctx)]
     for algo in ("zlib:3", "zstd:1", "zstd:3", "lzo"):
         t.append(Btrfs(f"btrfs-{algo}", f"compress-force={algo}", ctx, algo))
     for comp in ("off", "lzjb", "gzip-1", "gzip-6", "zle"):

@@ -120,25 +120,31 @@ pub fn mount_config(
     config
 }
 
+/// What the daemon asks of the kernel at INIT: large writes and read-ahead, the writeback cache,
+/// parallel directory operations, listings with attributes, and suid/sgid handling in the daemon.
+pub fn configure_kernel(config: &mut KernelConfig) {
+    let _ = config.set_max_write(1 << 20);
+    let _ = config.set_max_readahead(1 << 20);
+    // The kernel caches writes and sends them in large batches; reads of cached pages never
+    // reach the daemon.
+    let _ = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE);
+    let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+    // Listings carry each entry's attributes when the kernel expects them to be used (the
+    // first page of a directory, and after a lookup or stat of an entry since): `ls -l`,
+    // `du` or `rsync` then need no LOOKUP per name.
+    let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS);
+    let _ = config.add_capabilities(InitFlags::FUSE_READDIRPLUS_AUTO);
+    // Suid, sgid and file capabilities are dropped here rather than by the kernel, which
+    // would otherwise ask for `security.capability` before every write(2): a round trip
+    // that queues behind the writeback the daemon is busy with.
+    let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+    let _ = config.set_max_background(64);
+    let _ = config.set_congestion_threshold(48);
+}
+
 impl Filesystem for PressoFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let _ = config.set_max_write(1 << 20);
-        let _ = config.set_max_readahead(1 << 20);
-        // The kernel caches writes and sends them in large batches; reads of cached pages never
-        // reach the daemon.
-        let _ = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE);
-        let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
-        // Listings carry each entry's attributes when the kernel expects them to be used (the
-        // first page of a directory, and after a lookup or stat of an entry since): `ls -l`,
-        // `du` or `rsync` then need no LOOKUP per name.
-        let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS);
-        let _ = config.add_capabilities(InitFlags::FUSE_READDIRPLUS_AUTO);
-        // Suid, sgid and file capabilities are dropped here rather than by the kernel, which
-        // would otherwise ask for `security.capability` before every write(2): a round trip
-        // that queues behind the writeback the daemon is busy with.
-        let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
-        let _ = config.set_max_background(64);
-        let _ = config.set_congestion_threshold(48);
+        configure_kernel(config);
         Ok(())
     }
 
