@@ -6,10 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # ISA-L is built from source by isal-sys (autotools + nasm). The mount tests need FUSE, root, loop
-# devices and the everyday tools they drive as clients.
+# devices and the everyday tools they drive as clients. The PostgreSQL engine's tests start a
+# throwaway server of Debian's postgresql package.
 bash scripts/install-packages.sh nasm autoconf automake libtool pkg-config make gcc zlib1g-dev \
   fuse3 libfuse3-dev git rsync tar diffutils coreutils e2fsprogs mount util-linux \
-  python3 python3-matplotlib samtools
+  python3 python3-matplotlib samtools postgresql
 if ! command -v cargo >/dev/null; then
   echo "error: cargo not found; install the Rust toolchain (rustup) and run this again" >&2
   exit 1

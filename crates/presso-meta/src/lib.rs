@@ -18,8 +18,9 @@
 //!   `xattr`, `records` (record map and pool-wide record views), `txg` (transaction groups),
 //!   `props` (properties) and `accounting` (space counters). The plain data types of the API are
 //!   in `types`.
-//! - Engines: [`sqlite::SqliteEngine`] (durable, WAL) and [`memory::MemoryEngine`] (reference
-//!   model and test engine).
+//! - Engines: [`sqlite::SqliteEngine`] (durable, WAL; the embedded default),
+//!   [`postgres::PostgresEngine`] (a pool shared by many clients) and [`memory::MemoryEngine`]
+//!   (reference model and test engine).
 //! - `tests/conformance.rs`: one suite run against every engine, plus a property test checking
 //!   that engines agree with each other.
 //!
@@ -77,6 +78,7 @@ pub mod engine;
 mod error;
 pub mod memory;
 mod namespace;
+pub mod postgres;
 mod props;
 mod records;
 mod rename;
@@ -140,6 +142,28 @@ impl MetaStore {
         Ok(Self::new(Box::new(sqlite::SqliteEngine::create(
             path.as_ref(),
             opts,
+        )?)))
+    }
+
+    /// Creates a pool's metadata in a new schema of a PostgreSQL database (not initialized; call
+    /// [`MetaStore::init`]); [`MetaError::Exists`] if the schema exists.
+    pub fn create_postgres(
+        target: &postgres::PostgresTarget,
+        opts: &postgres::PostgresOptions,
+    ) -> Result<Self> {
+        Ok(Self::new(Box::new(postgres::PostgresEngine::create(
+            target, opts,
+        )?)))
+    }
+
+    /// Opens a pool's metadata in a PostgreSQL database, checking (and if older, migrating) its
+    /// schema; a schema without a pool is [`MetaError::NotInitialized`].
+    pub fn open_postgres(
+        target: &postgres::PostgresTarget,
+        opts: &postgres::PostgresOptions,
+    ) -> Result<Self> {
+        Ok(Self::new(Box::new(postgres::PostgresEngine::open(
+            target, opts,
         )?)))
     }
 

@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use presso_meta::memory::MemoryEngine;
+use presso_meta::postgres::test_server::TestServer;
+use presso_meta::postgres::{PostgresEngine, PostgresOptions};
 use presso_meta::sqlite::SqliteEngine;
 use presso_meta::{
     CodecSpace, EffectiveProp, FileKind, LinkFate, MetaEngine, MetaError, MetaStore, NewNode,
@@ -64,6 +66,13 @@ fn sqlite_engine() -> (Box<dyn MetaEngine>, Option<PathBuf>) {
     (Box::new(e), Some(path))
 }
 
+/// A new pool in a schema of its own on the test process's PostgreSQL server.
+fn postgres_engine() -> (Box<dyn MetaEngine>, Option<PathBuf>) {
+    let target = TestServer::shared().target(&TestServer::fresh_schema("conf"));
+    let e = PostgresEngine::create(&target, &PostgresOptions::default()).expect("create postgres");
+    (Box::new(e), None)
+}
+
 fn fixture(make: fn() -> (Box<dyn MetaEngine>, Option<PathBuf>)) -> Fixture {
     let (engine, path) = make();
     let store = MetaStore::new(engine);
@@ -78,6 +87,9 @@ macro_rules! conformance {
         }
         mod sqlite_engine {
             $( #[test] fn $name() { let fx = super::fixture(super::sqlite_engine); super::$name(&fx.store); } )*
+        }
+        mod postgres_engine {
+            $( #[test] fn $name() { let fx = super::fixture(super::postgres_engine); super::$name(&fx.store); } )*
         }
     };
 }
@@ -2358,6 +2370,12 @@ fn sqlite_engine_rollback() {
 }
 
 #[test]
+fn postgres_engine_rollback() {
+    let (e, _) = postgres_engine();
+    engine_rollback(&*e);
+}
+
+#[test]
 fn store_is_send_and_sync() {
     fn check<T: Send + Sync>() {}
     check::<MetaStore>();
@@ -2817,13 +2835,17 @@ mod model {
         fn engines_agree(ops in proptest::collection::vec(op(), 1..60)) {
             let mem = fixture(memory_engine);
             let sql = fixture(sqlite_engine);
+            let pg = fixture(postgres_engine);
             for (i, op) in ops.iter().enumerate() {
                 let op = resolve(&mem.store, op);
                 let a = apply(&mem.store, &op);
                 let b = apply(&sql.store, &op);
-                prop_assert_eq!(a, b, "op #{} {:?}", i, op);
+                prop_assert_eq!(&a, &b, "op #{} {:?}", i, op);
+                let c = apply(&pg.store, &op);
+                prop_assert_eq!(a, c, "op #{} {:?} (postgres)", i, op);
             }
             prop_assert_eq!(dump(&mem.store), dump(&sql.store));
+            prop_assert_eq!(dump(&mem.store), dump(&pg.store));
         }
     }
 }
@@ -3200,7 +3222,7 @@ mod txg_model {
 
         #[test]
         fn txg_accounting_matches_model(steps in proptest::collection::vec(step(), 1..40)) {
-            for make in [memory_engine as fn() -> _, sqlite_engine] {
+            for make in [memory_engine as fn() -> _, sqlite_engine, postgres_engine] {
                 let fx = fixture(make);
                 let s = &fx.store;
                 let mut m = Model::default();
