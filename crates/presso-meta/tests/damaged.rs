@@ -1,13 +1,16 @@
 //! Damaged metadata: values read back from the engine that no correct build writes must give a
 //! typed error (`MetaError::Corrupt`), never a panic and never a silent change of other data.
-//! Each case runs on both engines; the damage goes in through the engine's own primitives (for
-//! SQLite, on a closed database file reopened afterwards, as damage on disk is met).
+//! Each case runs on every engine; the damage goes in through the engine's own primitives (for
+//! SQLite, on a closed database file reopened afterwards, as damage on disk is met; for
+//! PostgreSQL, by one client, met by another that opens the pool afterwards).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use presso_meta::engine::COUNTER_NEXT_INODE;
 use presso_meta::memory::MemoryEngine;
+use presso_meta::postgres::test_server::TestServer;
+use presso_meta::postgres::{PostgresEngine, PostgresOptions};
 use presso_meta::sqlite::SqliteEngine;
 use presso_meta::{MetaEngine, MetaError, MetaStore, NewNode, SqliteOptions, ROOT_INO};
 
@@ -69,6 +72,15 @@ fn on_each_engine(damage: impl Fn(&dyn MetaEngine), check: impl Fn(&str, MetaSto
     engine.close().unwrap();
     drop(engine);
     check("sqlite", MetaStore::open_sqlite(db.path()).unwrap());
+
+    let target = TestServer::shared().target(&TestServer::fresh_schema("damaged"));
+    let opts = PostgresOptions::default();
+    populate(&MetaStore::create_postgres(&target, &opts).unwrap());
+    damage(&PostgresEngine::open(&target, &opts).unwrap());
+    check(
+        "postgres",
+        MetaStore::open_postgres(&target, &opts).unwrap(),
+    );
 }
 
 fn set_next_inode(engine: &dyn MetaEngine, value: u64) {
@@ -254,5 +266,59 @@ fn sqlite_values_out_of_range_are_corrupt() {
         );
         // The listing of the directory reads the entries, not the inode: it still works.
         assert_eq!(store.readdir(ROOT_INO, None, 10).unwrap().len(), 1);
+    }
+}
+
+/// The same for PostgreSQL: values no build writes, put in with SQL by another client.
+#[test]
+fn postgres_values_out_of_range_are_corrupt() {
+    let server = TestServer::shared();
+    let mut sql = postgres::Client::connect(&server.conninfo(), postgres::NoTls).unwrap();
+    for (table, column, value) in [
+        ("inodes", "mode", "-1"),
+        ("inodes", "uid", "4294967296"),
+        ("inodes", "nlink", "-5"),
+        ("inodes", "mtime_ns", "1000000000"),
+        ("inodes", "atime_ns", "-1"),
+        ("inodes", "kind", "99"),
+        ("inodes", "kind", "-1"),
+        ("records", "stored_len", "-1"),
+        ("records", "codec", "300"),
+    ] {
+        let target = server.target(&TestServer::fresh_schema("values"));
+        let opts = PostgresOptions::default();
+        let store = MetaStore::create_postgres(&target, &opts).unwrap();
+        store.init().unwrap();
+        let ino = store
+            .make_node(ROOT_INO, b"file", &NewNode::file(0o644, 0, 0))
+            .unwrap()
+            .ino;
+        let rec = presso_meta::RecordRef {
+            segment: 1,
+            offset: 0,
+            stored_len: 10,
+            logical_len: 20,
+            codec: 1,
+            checksum: 5,
+            inline: None,
+        };
+        store.set_record(ino, 0, &rec).unwrap();
+        sql.batch_execute(&format!(
+            "UPDATE {}.{table} SET {column} = {value} WHERE ino = {ino}",
+            target.schema
+        ))
+        .unwrap();
+        let case = format!("{table}.{column} = {value}");
+        let err = match table {
+            "inodes" => store.getattr(ino).unwrap_err(),
+            _ => store.get_record(ino, 0).unwrap_err(),
+        };
+        assert!(matches!(err, MetaError::Corrupt(_)), "{case}: {err:?}");
+        assert_eq!(err.errno(), libc::EIO, "{case}");
+        assert_eq!(
+            store.readdir(ROOT_INO, None, 10).unwrap().len(),
+            1,
+            "{case}"
+        );
     }
 }

@@ -1,0 +1,129 @@
+//! Latency of single metadata operations on each durable engine, side by side: SQLite on a file
+//! (the embedded default) and PostgreSQL on a throwaway local server reached through a unix
+//! socket (the scale-out engine; a server across a network adds its round-trip time to every
+//! statement). Each operation is one transaction, as the file-system layer runs it.
+//!
+//! Run: `cargo bench -p presso-meta --bench engines -- --warm-up-time 1 --measurement-time 5`
+//! (`PRESSO_BENCH_DIR` picks the SQLite file's directory, default the temporary directory).
+
+use std::path::PathBuf;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use presso_meta::postgres::test_server::TestServer;
+use presso_meta::postgres::PostgresOptions;
+use presso_meta::{MetaStore, NewNode, RecordRef, SetAttr, TxgOp, ROOT_INO};
+
+/// The SQLite file, removed (with its log) when dropped.
+struct TempDb(PathBuf);
+
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut p = self.0.as_os_str().to_owned();
+            p.push(suffix);
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn sqlite() -> (MetaStore, TempDb) {
+    let dir = std::env::var_os("PRESSO_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let db = TempDb(dir.join(format!("presso-meta-engines-{}.db", std::process::id())));
+    let store = MetaStore::create_sqlite(&db.0).expect("create sqlite");
+    (store, db)
+}
+
+fn postgres() -> MetaStore {
+    let target = TestServer::shared().target(&TestServer::fresh_schema("bench"));
+    MetaStore::create_postgres(&target, &PostgresOptions::default()).expect("create postgres")
+}
+
+/// Creates the directory the operations run in, with 1,000 files in it, and returns it and one
+/// of the files.
+fn populate(s: &MetaStore) -> (u64, u64) {
+    s.init().unwrap();
+    let dir = s
+        .make_node(ROOT_INO, b"d", &NewNode::dir(0o755, 0, 0))
+        .unwrap()
+        .ino;
+    let mut file = 0;
+    for i in 0..1000 {
+        let name = format!("f{i}");
+        file = s
+            .make_node(dir, name.as_bytes(), &NewNode::file(0o644, 0, 0))
+            .unwrap()
+            .ino;
+    }
+    (dir, file)
+}
+
+fn frame(serial: u64) -> RecordRef {
+    RecordRef {
+        segment: 1,
+        offset: serial << 17,
+        stored_len: 40_000,
+        logical_len: 1 << 17,
+        codec: 3,
+        checksum: serial,
+        inline: None,
+    }
+}
+
+fn operations(c: &mut Criterion, engine: &str, s: &MetaStore) {
+    let (dir, file) = populate(s);
+    let mut g = c.benchmark_group(format!("meta-op/{engine}"));
+    g.bench_function("lookup", |b| b.iter(|| s.lookup(dir, b"f500").unwrap()));
+    g.bench_function("getattr", |b| b.iter(|| s.getattr(file).unwrap()));
+    g.bench_function("readdir 100", |b| {
+        b.iter(|| s.readdir(dir, None, 100).unwrap())
+    });
+    let mut n = 0u64;
+    g.bench_function("create + unlink", |b| {
+        b.iter(|| {
+            n += 1;
+            let name = format!("new{n}");
+            s.make_node(dir, name.as_bytes(), &NewNode::file(0o644, 0, 0))
+                .unwrap();
+            s.unlink(dir, name.as_bytes(), &|_| false).unwrap();
+        })
+    });
+    g.bench_function("setattr mode", |b| {
+        b.iter(|| {
+            let set = SetAttr {
+                mode: Some(if n % 2 == 0 { 0o600 } else { 0o644 }),
+                ..SetAttr::default()
+            };
+            n += 1;
+            s.setattr(file, &set).unwrap()
+        })
+    });
+    let mut serial = 0u64;
+    g.bench_function("txg of 16 records", |b| {
+        b.iter(|| {
+            let ops: Vec<TxgOp> = (0..16)
+                .map(|i| {
+                    serial += 1;
+                    TxgOp::SetRecord {
+                        ino: file,
+                        index: i,
+                        rec: frame(serial),
+                    }
+                })
+                .collect();
+            s.apply_txg(&ops, false).unwrap()
+        })
+    });
+    g.finish();
+}
+
+fn engines(c: &mut Criterion) {
+    let (store, _db) = sqlite();
+    operations(c, "sqlite", &store);
+    drop(store);
+    operations(c, "postgres", &postgres());
+}
+
+criterion_group!(benches, engines);
+criterion_main!(benches);
