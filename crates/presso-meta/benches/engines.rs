@@ -92,7 +92,7 @@ fn operations(c: &mut Criterion, engine: &str, s: &MetaStore) {
     g.bench_function("setattr mode", |b| {
         b.iter(|| {
             let set = SetAttr {
-                mode: Some(if n % 2 == 0 { 0o600 } else { 0o644 }),
+                mode: Some(if n.is_multiple_of(2) { 0o600 } else { 0o644 }),
                 ..SetAttr::default()
             };
             n += 1;
