@@ -29,6 +29,8 @@ use object_store::{
 };
 
 #[cfg(feature = "test-server")]
+pub mod fault_proxy;
+#[cfg(feature = "test-server")]
 pub mod test_server;
 
 /// What went wrong with an object store request.

@@ -145,7 +145,12 @@ impl TestServer {
 
     /// The S3 endpoint, `http://127.0.0.1:PORT`.
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.s3_port)
+        format!("http://{}", self.address())
+    }
+
+    /// The S3 server's `127.0.0.1:PORT`.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.s3_port)
     }
 
     /// Options that reach this server, with short timeouts and few retries so that failure
