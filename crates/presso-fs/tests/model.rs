@@ -243,9 +243,20 @@ fn generate(rng: &mut StdRng, config: &Config, count: usize) -> Vec<Op> {
         .collect()
 }
 
+/// Where a run keeps its metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Engine {
+    Memory,
+    /// A new pool on the test process's PostgreSQL server per run.
+    Postgres,
+}
+
 /// Runs `ops` on a fresh pool; `Err` names the failing step and what differed.
-fn run(config: &Config, ops: &[Op]) -> Result<(), (usize, String)> {
-    let mut fs = Fs::new(config);
+fn run(config: &Config, engine: Engine, ops: &[Op]) -> Result<(), (usize, String)> {
+    let mut fs = match engine {
+        Engine::Memory => Fs::new(config),
+        Engine::Postgres => Fs::new_on_postgres(config),
+    };
     let mut model = Model::default();
     for (step, op) in ops.iter().enumerate() {
         apply(&mut fs, &mut model, op).map_err(|e| (step, e))?;
@@ -512,8 +523,8 @@ fn check_all(fs: &mut Fs, m: &Model) -> Result<(), String> {
 
 /// Removes chunks of the log while it still fails: a minimal failing sequence (or the shortest
 /// found within two minutes).
-fn shrink(config: &Config, mut ops: Vec<Op>) -> (Vec<Op>, (usize, String)) {
-    let mut failure = match run(config, &ops) {
+fn shrink(config: &Config, engine: Engine, mut ops: Vec<Op>) -> (Vec<Op>, (usize, String)) {
+    let mut failure = match run(config, engine, &ops) {
         Err(f) => f,
         // A failure that depends on the timing of the background threads may not come again.
         Ok(()) => return (ops, (usize::MAX, "did not fail again when replayed".into())),
@@ -526,7 +537,7 @@ fn shrink(config: &Config, mut ops: Vec<Op>) -> (Vec<Op>, (usize, String)) {
         while start < ops.len() && std::time::Instant::now() < deadline {
             let mut candidate = ops.clone();
             candidate.drain(start..(start + chunk).min(ops.len()));
-            match run(config, &candidate) {
+            match run(config, engine, &candidate) {
                 Err(f) => {
                     candidate.truncate(f.0 + 1);
                     ops = candidate;
@@ -558,19 +569,24 @@ fn ops_per_config() -> usize {
 }
 
 fn run_config(index: usize) {
+    run_config_on(index, Engine::Memory, ops_per_config());
+}
+
+fn run_config_on(index: usize, engine: Engine, ops: usize) {
     let config = &CONFIGS[index];
     let seeds = seeds(index);
-    let per_seed = ops_per_config() / seeds.len();
+    let per_seed = ops / seeds.len();
     for seed in seeds {
         let mut rng = StdRng::seed_from_u64(seed);
         let ops = generate(&mut rng, config, per_seed);
-        let Err((step, message)) = run(config, &ops) else {
+        let Err((step, message)) = run(config, engine, &ops) else {
             continue;
         };
         eprintln!(
-            "model mismatch on {config}, seed {seed}, step {step}: {message}; shrinking the log"
+            "model mismatch on {config} ({engine:?} metadata), seed {seed}, step {step}: \
+             {message}; shrinking the log"
         );
-        let (shrunk, (step, message)) = match shrink(config, ops.clone()) {
+        let (shrunk, (step, message)) = match shrink(config, engine, ops.clone()) {
             (_, (usize::MAX, _)) => (
                 ops,
                 (step, format!("{message} (did not fail when replayed)")),
@@ -582,9 +598,14 @@ fn run_config(index: usize) {
             .enumerate()
             .map(|(i, op)| format!("  {i:4}: {op:?}"))
             .collect();
+        let ops_var = match engine {
+            Engine::Memory => "PRESSO_MODEL_OPS",
+            Engine::Postgres => "PRESSO_MODEL_PG_OPS",
+        };
         panic!(
-            "model mismatch on {config}, seed {seed} (replay: PRESSO_MODEL_SEED={seed} \
-             PRESSO_MODEL_OPS={per_seed}): step {step}: {message}\nshrunk log ({} ops):\n{}",
+            "model mismatch on {config} ({engine:?} metadata), seed {seed} (replay: \
+             PRESSO_MODEL_SEED={seed} {ops_var}={per_seed}): step {step}: {message}\n\
+             shrunk log ({} ops):\n{}",
             shrunk.len(),
             log.join("\n")
         );
@@ -592,6 +613,19 @@ fn run_config(index: usize) {
 }
 
 one_test_per_config!();
+
+/// The file layer with its metadata in PostgreSQL (the scale-out engine), on one configuration
+/// with a compressing codec and small records: fewer operations than the memory runs, since each
+/// metadata transaction is a few round trips to the server (`PRESSO_MODEL_PG_OPS`, default
+/// 6,000).
+#[test]
+fn postgres_metadata_lz4_4k() {
+    let ops = std::env::var("PRESSO_MODEL_PG_OPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(6_000);
+    run_config_on(3, Engine::Postgres, ops);
+}
 
 /// A file opened as it is created (the FUSE CREATE path, which reads nothing back) follows its
 /// directory's record size and fixes it at its first write, exactly like a file opened later:

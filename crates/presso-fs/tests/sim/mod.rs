@@ -13,6 +13,8 @@ use presso_fs::pool::{Pool, PoolOptions};
 use presso_fs::vfs::{Vfs, VfsConfig};
 use presso_fs::FsError;
 use presso_meta::memory::MemoryEngine;
+use presso_meta::postgres::test_server::TestServer;
+use presso_meta::postgres::{PostgresOptions, PostgresTarget};
 use presso_meta::{MetaStore, NewNode, SetAttr, ROOT_INO};
 use presso_store::SimDir;
 
@@ -23,6 +25,8 @@ pub use configs::*;
 pub struct Fs {
     pub dir: SimDir,
     pub meta: MemoryEngine,
+    /// When set, the metadata lives in this PostgreSQL pool instead of `meta`.
+    pub postgres: Option<PostgresTarget>,
     pub vfs: Option<Arc<Vfs>>,
     /// Test id → inode.
     inos: HashMap<u64, u64>,
@@ -76,23 +80,36 @@ impl Fs {
         Fs::new_with(config, MemoryEngine::new())
     }
 
+    /// Like [`Fs::new`], with the metadata in a new pool of the test process's PostgreSQL
+    /// server.
+    pub fn new_on_postgres(config: &Config) -> Fs {
+        let target = TestServer::shared().target(&TestServer::fresh_schema("model"));
+        Fs::new_on(config, MemoryEngine::new(), Some(target))
+    }
+
     /// Like [`Fs::new`], over a given (for crash tests, simulated) metadata engine.
     pub fn new_with(config: &Config, meta: MemoryEngine) -> Fs {
+        Fs::new_on(config, meta, None)
+    }
+
+    fn new_on(config: &Config, meta: MemoryEngine, postgres: Option<PostgresTarget>) -> Fs {
         let dir = SimDir::new();
         let props = [
             ("compression".to_string(), config.compression.to_string()),
             ("offload".to_string(), config.offload.to_string()),
             ("recordsize".to_string(), config.recordsize.to_string()),
         ];
-        Pool::create_with(
-            Arc::new(dir.clone()),
-            &MetaStore::new(Box::new(meta.handle())),
-            &props,
-        )
-        .expect("create the pool");
+        let store = match &postgres {
+            Some(t) => MetaStore::create_postgres(t, &PostgresOptions::default())
+                .expect("create the postgres metadata"),
+            None => MetaStore::new(Box::new(meta.handle())),
+        };
+        Pool::create_with(Arc::new(dir.clone()), &store, &props).expect("create the pool");
+        drop(store);
         let mut fs = Fs {
             dir,
             meta,
+            postgres,
             vfs: None,
             inos: HashMap::new(),
             handles: HashMap::new(),
@@ -108,7 +125,11 @@ impl Fs {
 
     /// [`Fs::mount`] with other file-layer settings.
     pub fn mount_with(&mut self, config: VfsConfig) -> Result<(), String> {
-        let meta = MetaStore::new(Box::new(self.meta.handle()));
+        let meta = match &self.postgres {
+            Some(t) => MetaStore::open_postgres(t, &PostgresOptions::default())
+                .map_err(|e| format!("open the postgres metadata: {e}"))?,
+            None => MetaStore::new(Box::new(self.meta.handle())),
+        };
         let (pool, _) = Pool::open_with(Arc::new(self.dir.clone()), meta, pool_options())
             .map_err(|e| fail("open", e))?;
         self.vfs = Some(Vfs::new(pool, config));
