@@ -251,3 +251,108 @@ fn several_clients_write_one_directory() {
         assert_eq!(listed, unique);
     }
 }
+
+/// A server restarted while a client creates names: operations during the outage wait and then
+/// succeed; at most the one in flight when the server went down fails, with an I/O error;
+/// everything that succeeded is there afterwards.
+#[test]
+fn a_server_restart_during_a_write_loop_loses_nothing() {
+    let server = TestServer::start().unwrap();
+    let target = server.target("restart");
+    let store = Arc::new(MetaStore::create_postgres(&target, &PostgresOptions::default()).unwrap());
+    store.init().unwrap();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (store, stop) = (store.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let (mut made, mut failed) = (Vec::new(), Vec::new());
+            for i in 0.. {
+                if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                let name = format!("n{i}");
+                match store.make_node(ROOT_INO, name.as_bytes(), &NewNode::file(0o644, 0, 0)) {
+                    Ok(_) => {
+                        made.push(name);
+                        let _ = done_tx.send(());
+                    }
+                    Err(MetaError::Io(msg)) => failed.push((name, msg)),
+                    Err(e) => panic!("{name}: {e:?}"),
+                }
+            }
+            (made, failed)
+        })
+    };
+    for _ in 0..50 {
+        done_rx.recv().unwrap();
+    }
+    server.halt().unwrap();
+    // The outage: the writer's next operations wait for the server.
+    std::thread::sleep(Duration::from_secs(1));
+    let resumed = Instant::now();
+    server.resume().unwrap();
+    while done_rx.try_recv().is_ok() {}
+    for _ in 0..50 {
+        done_rx.recv().unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (made, failed) = writer.join().unwrap();
+    assert!(
+        failed.len() <= 1,
+        "only the operation in flight may fail; {} failed, the first: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(3)]
+    );
+    for name in &made {
+        assert!(
+            store.lookup(ROOT_INO, name.as_bytes()).is_ok(),
+            "{name} lost"
+        );
+    }
+    let reopened = MetaStore::open_postgres(&target, &PostgresOptions::default()).unwrap();
+    let listed = reopened.readdir(ROOT_INO, None, usize::MAX).unwrap();
+    assert!(listed.len() >= made.len());
+    assert!(resumed.elapsed() < Duration::from_secs(60));
+}
+
+/// A server that stays down: operations fail with a clear I/O error once the connect timeout
+/// has passed, and work again when it is back.
+#[test]
+fn a_server_that_stays_down_is_a_clear_error_after_the_timeout() {
+    let server = TestServer::start().unwrap();
+    let target = server.target("down");
+    let opts = PostgresOptions {
+        connect_timeout: Duration::from_secs(2),
+        ..PostgresOptions::default()
+    };
+    let store = MetaStore::create_postgres(&target, &opts).unwrap();
+    store.init().unwrap();
+    store
+        .make_node(ROOT_INO, b"before", &NewNode::file(0o644, 0, 0))
+        .unwrap();
+    server.halt().unwrap();
+    let started = Instant::now();
+    let err = store
+        .make_node(ROOT_INO, b"during", &NewNode::file(0o644, 0, 0))
+        .unwrap_err();
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(1) && waited < Duration::from_secs(20),
+        "{waited:?}"
+    );
+    match &err {
+        MetaError::Io(msg) => assert!(msg.contains("cannot reach the PostgreSQL server"), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(err.errno(), libc::EIO);
+    server.resume().unwrap();
+    store
+        .make_node(ROOT_INO, b"after", &NewNode::file(0o644, 0, 0))
+        .unwrap();
+    assert!(store.lookup(ROOT_INO, b"before").is_ok());
+    assert_eq!(
+        store.lookup(ROOT_INO, b"during").unwrap_err(),
+        MetaError::NotFound
+    );
+}

@@ -17,27 +17,41 @@ use crate::error::{MetaError, Result};
 /// damaged data, a server that is gone, shutting down or out of connections, or anything else.
 /// A failure with no SQLSTATE is the connection's (refused, reset, timed out).
 pub(super) fn pg(e: postgres::Error) -> MetaError {
+    let text = describe_error(&e);
     let Some(code) = e.code() else {
-        return MetaError::Io(format!("postgres: {e}"));
+        return MetaError::Io(format!("postgres: {text}"));
     };
     let class = &code.code()[..2];
     if *code == SqlState::DISK_FULL {
         MetaError::Full
     } else if *code == SqlState::DATA_CORRUPTED || *code == SqlState::INDEX_CORRUPTED {
-        MetaError::Corrupt(format!("postgres: {e}"))
+        MetaError::Corrupt(format!("postgres: {text}"))
     } else if matches!(class, "08" | "53" | "57" | "58") {
         // Connection exceptions, insufficient resources, operator intervention (a shutdown or
         // restart) and system errors: the server or the way to it failed, not the request.
-        MetaError::Io(format!("postgres: {e}"))
+        MetaError::Io(format!("postgres: {text}"))
     } else {
-        MetaError::engine(format!("postgres: {e}"))
+        MetaError::engine(format!("postgres: {text}"))
     }
+}
+
+/// `e` with its causes: the `postgres` crate's own text is only "db error" or "error
+/// connecting to server"; the server's message or the system's error is in the source.
+fn describe_error(e: &postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// A stored value that does not convert to its field: no build writes one, so the data is
 /// damaged.
 pub(super) fn bad_row(e: postgres::Error) -> MetaError {
-    MetaError::Corrupt(format!("postgres: {e}"))
+    MetaError::Corrupt(format!("postgres: {}", describe_error(&e)))
 }
 
 /// One connection and the statements prepared on it.
@@ -79,8 +93,9 @@ impl Manager {
     fn connect(&self) -> Result<Conn> {
         let mut client = self.config.connect(NoTls).map_err(|e| {
             MetaError::Io(format!(
-                "cannot reach the PostgreSQL server of the metadata ({}): {e}",
-                describe(&self.config)
+                "cannot reach the PostgreSQL server of the metadata ({}): {}",
+                describe(&self.config),
+                describe_error(&e)
             ))
         })?;
         // The schema name was checked to need no quoting (`PostgresTarget::check`).
@@ -150,10 +165,12 @@ impl Pool {
         }
     }
 
-    /// An idle connection, a new one if fewer than the most are open, or the next one returned;
-    /// [`MetaError::Io`] if none comes back within the connect timeout.
+    /// An idle connection, a new one if fewer than the most are open, or the next one returned.
+    /// While the server cannot be reached (a restart), connecting is tried again with growing
+    /// pauses; [`MetaError::Io`] once the connect timeout has passed.
     pub(super) fn get(&self) -> Result<Pooled<'_>> {
         let deadline = Instant::now() + self.wait;
+        let mut pause = Duration::from_millis(20);
         let mut idle = self.idle.lock().map_err(poisoned)?;
         loop {
             while let Some(conn) = idle.conns.pop() {
@@ -170,16 +187,27 @@ impl Pool {
             if idle.open < self.max {
                 idle.open += 1;
                 drop(idle);
-                return match self.manager.connect() {
-                    Ok(conn) => Ok(Pooled {
-                        pool: self,
-                        conn: Some(conn),
-                    }),
+                match self.manager.connect() {
+                    Ok(conn) => {
+                        return Ok(Pooled {
+                            pool: self,
+                            conn: Some(conn),
+                        })
+                    }
                     Err(e) => {
                         self.forget_one();
-                        Err(e)
+                        let now = Instant::now();
+                        if now + pause >= deadline {
+                            return Err(e);
+                        }
+                        // The server is down or restarting: an outage, not a wait for a
+                        // condition this process could be told of.
+                        std::thread::sleep(pause);
+                        pause = (pause * 2).min(Duration::from_millis(500));
                     }
-                };
+                }
+                idle = self.idle.lock().map_err(poisoned)?;
+                continue;
             }
             let now = Instant::now();
             if now >= deadline {
@@ -193,6 +221,20 @@ impl Pool {
                 .wait_timeout(idle, deadline - now)
                 .map_err(poisoned)?
                 .0;
+        }
+    }
+
+    /// Like [`Pool::get`], and runs `begin` on the connection: a connection the server dropped
+    /// since its last use (a restart) is closed and another one taken, until the connect timeout.
+    pub(super) fn begin(&self, begin: &str) -> Result<Pooled<'_>> {
+        let deadline = Instant::now() + self.wait;
+        loop {
+            let mut conn = self.get()?;
+            match conn.client.batch_execute(begin) {
+                Ok(()) => return Ok(conn),
+                Err(_) if conn.client.is_closed() && Instant::now() < deadline => conn.discard(),
+                Err(e) => return Err(pg(e)),
+            }
         }
     }
 

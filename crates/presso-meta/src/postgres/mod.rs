@@ -187,7 +187,6 @@ impl PostgresEngine {
     }
 
     fn begin(&self, write: bool, durable: bool) -> Result<Box<dyn Txn + '_>> {
-        let mut conn = self.pool.get()?;
         let begin = match (write, durable) {
             (false, _) => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY".to_string(),
             (true, false) => format!(
@@ -201,7 +200,7 @@ impl PostgresEngine {
                 self.lock_key
             ),
         };
-        conn.client.batch_execute(&begin).map_err(conn::pg)?;
+        let conn = self.pool.begin(&begin)?;
         Ok(Box::new(PgTxn::new(conn, write, durable)))
     }
 }

@@ -6,26 +6,31 @@
 //! The server lives as long as the [`TestServer`], or, for [`TestServer::shared`], as long as the
 //! test process: a shell keeps it, reading its standard input from a pipe this process holds, and
 //! when that pipe closes (the value is dropped or the process ends, however it ends) it stops the
-//! server and removes the directory.
+//! server and removes the directory. In between, a test may halt the server and resume it, as
+//! an administrator's restart does.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Mutex, OnceLock};
-use std::time::Duration;
+use std::sync::{Mutex, OnceLock};
 
 use super::PostgresTarget;
 
 /// A running test server.
 pub struct TestServer {
     dir: PathBuf,
+    bin: PathBuf,
+    /// The user the server runs as, when this process is root.
+    user: Option<(u32, u32)>,
     keeper: Mutex<Option<(Child, ChildStdin)>>,
 }
 
-/// How long a starting server may take to accept connections.
-const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// The server's settings: a unix socket in its data directory (the server's working directory)
+/// and no TCP port, no fsync.
+const SERVER_OPTIONS: &str = "-k . -c listen_addresses= -c fsync=off -c full_page_writes=off \
+     -c max_connections=300 -c shared_buffers=64MB";
 
 impl TestServer {
     /// The server shared by every test of this process, started at the first call.
@@ -73,78 +78,101 @@ impl TestServer {
                 String::from_utf8_lossy(&out.stderr)
             ));
         }
-        // The keeper: starts the server and stops it when its standard input closes; when the
-        // server ends (stopped, or failing to start), removes the directory and ends, which
-        // closes the log pipe.
+        let server = TestServer {
+            dir,
+            bin,
+            user,
+            keeper: Mutex::new(None),
+        };
+        // The keeper: starts the server (`pg_ctl -w` returns once it accepts connections) and
+        // says so; when its standard input closes, stops the server and removes the directory.
+        // The server may be halted and resumed in between ([`TestServer::halt`]).
         let script = r#"
             exec 3<&0  # an asynchronous list would read /dev/null instead
-            "$1/postgres" -D "$2/data" -k "$2" -c listen_addresses= -c fsync=off \
-                -c full_page_writes=off -c max_connections=300 -c shared_buffers=64MB \
-                -c logging_collector=off &
-            pid=$!
-            ( cat > /dev/null <&3; kill -QUIT "$pid" ) 2>/dev/null &
-            wait "$pid"
+            if "$1/pg_ctl" -D "$2/data" -l "$2/log" -o "$3" -w -t 60 start >/dev/null; then
+                echo ready
+            else
+                cat "$2/log" >&2
+                rm -rf "$2"
+                exit 1
+            fi
+            cat > /dev/null <&3
+            "$1/pg_ctl" -D "$2/data" -m immediate -w stop >/dev/null 2>&1
             rm -rf "$2"
         "#;
         let mut child = run_as(user, Command::new("sh"))
             .args(["-c", script, "keeper"])
-            .arg(&bin)
-            .arg(&dir)
+            .arg(&server.bin)
+            .arg(&server.dir)
+            .arg(SERVER_OPTIONS)
             .stdin(Stdio::piped())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| format!("starting postgres: {e}"))?;
         let stdin = child.stdin.take().expect("piped");
-        let stderr = child.stderr.take().expect("piped");
-        // The server's log: read until it accepts connections, then drained so it never blocks
-        // on a full pipe.
-        let (ready_tx, ready_rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut log = Vec::new();
-            let mut ready = Some(ready_tx);
-            for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
-                if let Some(tx) = &ready {
-                    if line.contains("ready to accept connections") {
-                        let _ = tx.send(Ok(()));
-                        ready = None;
-                    } else {
-                        log.push(line);
-                    }
-                }
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+        let mut line = String::new();
+        let _ = stdout.read_line(&mut line);
+        if line.trim() != "ready" {
+            let mut log = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = e.read_to_string(&mut log);
             }
-            if let Some(tx) = ready {
-                let _ = tx.send(Err(log.join("\n")));
-            }
-        });
-        let server = TestServer {
-            dir,
-            keeper: Mutex::new(Some((child, stdin))),
-        };
-        match ready_rx.recv_timeout(START_TIMEOUT) {
-            Ok(Ok(())) => Ok(server),
-            Ok(Err(log)) => Err(format!("postgres did not start:\n{log}")),
-            Err(_) => Err(format!("postgres did not start within {START_TIMEOUT:?}")),
+            let _ = child.wait();
+            return Err(format!("postgres did not start:\n{log}"));
+        }
+        *server.keeper.lock().expect("fresh lock") = Some((child, stdin));
+        Ok(server)
+    }
+
+    /// Stops the server as an administrator's fast shutdown does (clients disconnected,
+    /// everything committed kept), keeping its data for [`TestServer::resume`].
+    pub fn halt(&self) -> Result<(), String> {
+        self.pg_ctl(&["-m", "fast", "-w", "stop"])
+    }
+
+    /// Starts the server again after [`TestServer::halt`]; returns once it accepts connections.
+    pub fn resume(&self) -> Result<(), String> {
+        let log = self.dir.join("log");
+        let log = log.to_str().ok_or("the log path is not UTF-8")?;
+        self.pg_ctl(&["-l", log, "-o", SERVER_OPTIONS, "-w", "-t", "60", "start"])
+    }
+
+    fn pg_ctl(&self, args: &[&str]) -> Result<(), String> {
+        let out = run_as(self.user, Command::new(self.bin.join("pg_ctl")))
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(args)
+            .output()
+            .map_err(|e| format!("pg_ctl: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "pg_ctl {args:?} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ))
         }
     }
 
     /// The directory of the server's unix socket.
-    pub fn socket_dir(&self) -> &Path {
-        &self.dir
+    pub fn socket_dir(&self) -> PathBuf {
+        self.dir.join("data")
     }
 
     /// A connection string for the server's default database.
     pub fn conninfo(&self) -> String {
         format!(
             "host={} port=5432 user=presso dbname=postgres",
-            self.dir.display()
+            self.socket_dir().display()
         )
     }
 
     /// A `postgres://` URL of the pool in `schema`.
     pub fn url(&self, schema: &str) -> String {
         let host: String = self
-            .dir
+            .socket_dir()
             .display()
             .to_string()
             .bytes()
