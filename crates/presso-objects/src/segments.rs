@@ -12,7 +12,9 @@
 //!   store has it: that is the durability point, what fsync waits for. Then the staged bytes'
 //!   space is given back (a hole is punched), so the staging area holds only what is not yet
 //!   uploaded.
-//! - A read takes bytes below `uploaded` from the objects (ranged GETs), the rest from staging.
+//! - A read takes bytes below `uploaded` from the objects (ranged GETs of whole 1 MiB blocks,
+//!   kept in a bounded in-memory cache shared by the directory's segments), the rest from
+//!   staging.
 //! - Truncating below `uploaded` (recovery cutting an uncommitted tail that was already synced)
 //!   deletes the objects past the new end and uploads the kept part of the one it cuts.
 //! - After a `kill -9` of the process the staging file is still there (the page cache keeps it)
@@ -51,23 +53,104 @@ fn io_error(e: ObjectError) -> io::Error {
     io::Error::new(kind, e)
 }
 
+/// Size of the blocks the read cache keeps, by default.
+pub const CACHE_BLOCK: u64 = 1 << 20;
+
+/// Bytes of uploaded segments read recently, in whole aligned blocks, up to a budget, the least
+/// recently used dropped first.
+struct BlockCache {
+    block: u64,
+    blocks: HashMap<(u64, u64), (Bytes, u64)>,
+    bytes: u64,
+    budget: u64,
+    clock: u64,
+}
+
+impl BlockCache {
+    fn get(&mut self, segment: u64, block: u64) -> Option<Bytes> {
+        self.clock += 1;
+        let clock = self.clock;
+        self.blocks.get_mut(&(segment, block)).map(|(b, used)| {
+            *used = clock;
+            b.clone()
+        })
+    }
+
+    fn put(&mut self, segment: u64, block: u64, bytes: Bytes) {
+        if (bytes.len() as u64) > self.budget {
+            return;
+        }
+        self.clock += 1;
+        self.bytes += bytes.len() as u64;
+        if let Some((old, _)) = self.blocks.insert((segment, block), (bytes, self.clock)) {
+            self.bytes -= old.len() as u64;
+        }
+        while self.bytes > self.budget {
+            let Some(&oldest) = self
+                .blocks
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(k, _)| k)
+            else {
+                break;
+            };
+            if let Some((b, _)) = self.blocks.remove(&oldest) {
+                self.bytes -= b.len() as u64;
+            }
+        }
+    }
+
+    /// Drops the blocks of `segment` that reach past `len`.
+    fn forget_from(&mut self, segment: u64, len: u64) {
+        let gone: Vec<(u64, u64)> = self
+            .blocks
+            .keys()
+            .filter(|&&(s, b)| s == segment && (b + 1) * self.block > len)
+            .copied()
+            .collect();
+        for key in gone {
+            if let Some((b, _)) = self.blocks.remove(&key) {
+                self.bytes -= b.len() as u64;
+            }
+        }
+    }
+}
+
 /// A pool directory with its segments in an object store and everything else, staging
 /// included, in a local directory.
 pub struct ObjectDir {
     local: FsDir,
     objects: Arc<Objects>,
+    cache: Arc<Mutex<BlockCache>>,
     /// Open segments, so that every opener of a segment shares one state.
     open: Mutex<HashMap<u64, Weak<ObjectSegment>>>,
 }
 
 impl ObjectDir {
-    /// A pool directory over `local` (which must exist) and `objects`.
-    pub fn new(local: FsDir, objects: Arc<Objects>) -> Self {
+    /// A pool directory over `local` (which must exist) and `objects`, keeping up to
+    /// `cache_bytes` of recently read segment bytes in memory.
+    pub fn new(local: FsDir, objects: Arc<Objects>, cache_bytes: u64) -> Self {
         ObjectDir {
             local,
             objects,
+            cache: Arc::new(Mutex::new(BlockCache {
+                block: CACHE_BLOCK,
+                blocks: HashMap::new(),
+                bytes: 0,
+                budget: cache_bytes,
+                clock: 0,
+            })),
             open: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The same with cache blocks of `block` bytes instead of [`CACHE_BLOCK`] (tests use small
+    /// ones so that small segments use the cache too).
+    pub fn with_cache_block(self, block: u64) -> Self {
+        if let Ok(mut c) = self.cache.lock() {
+            c.block = block.max(1);
+        }
+        self
     }
 
     fn staging(&self, number: u64) -> PathBuf {
@@ -139,6 +222,7 @@ impl ObjectDir {
         let seg = Arc::new(ObjectSegment {
             number,
             objects: self.objects.clone(),
+            cache: self.cache.clone(),
             state: Mutex::new(SegState {
                 staging,
                 parts,
@@ -186,6 +270,9 @@ impl StorageDir for ObjectDir {
         let Some(number) = parse_segment_file_name(name) else {
             return self.local.remove(name);
         };
+        if let Ok(mut cache) = self.cache.lock() {
+            cache.forget_from(number, 0);
+        }
         for (start, _) in self.parts(number)? {
             self.objects
                 .delete(&part_name(number, start))
@@ -247,6 +334,7 @@ impl SegState {
 pub struct ObjectSegment {
     number: u64,
     objects: Arc<Objects>,
+    cache: Arc<Mutex<BlockCache>>,
     state: Mutex<SegState>,
 }
 
@@ -257,7 +345,7 @@ impl ObjectSegment {
             .map_err(|_| io::Error::other("segment lock poisoned"))
     }
 
-    /// Reads `buf.len()` bytes at `offset` from the objects (all below `uploaded`).
+    /// Reads `buf.len()` bytes at `offset` straight from the objects (all below `uploaded`).
     fn read_objects(&self, parts: &[(u64, u64)], buf: &mut [u8], offset: u64) -> io::Result<()> {
         let end = offset + buf.len() as u64;
         for &(start, len) in parts {
@@ -270,6 +358,52 @@ impl ObjectSegment {
                 .get_range(&part_name(self.number, start), a - start..b - start)
                 .map_err(io_error)?;
             buf[(a - offset) as usize..(b - offset) as usize].copy_from_slice(&got);
+        }
+        Ok(())
+    }
+
+    /// [`ObjectSegment::read_objects`] through the cache: whole blocks below `uploaded` come
+    /// from it or are fetched whole into it; the block `uploaded` cuts is read directly.
+    fn read_cached(
+        &self,
+        parts: &[(u64, u64)],
+        uploaded: u64,
+        buf: &mut [u8],
+        offset: u64,
+    ) -> io::Result<()> {
+        let size = self.cache.lock().map(|c| c.block).unwrap_or(CACHE_BLOCK);
+        let end = offset + buf.len() as u64;
+        let mut at = offset;
+        while at < end {
+            let block = at / size;
+            let (block_start, block_end) = (block * size, (block + 1) * size);
+            let upto = end.min(block_end);
+            let dst = &mut buf[(at - offset) as usize..(upto - offset) as usize];
+            if block_end > uploaded {
+                self.read_objects(parts, dst, at)?;
+            } else {
+                let cached = self
+                    .cache
+                    .lock()
+                    .ok()
+                    .and_then(|mut c| c.get(self.number, block));
+                let bytes = match cached {
+                    Some(b) => b,
+                    None => {
+                        let mut whole = vec![0u8; size as usize];
+                        self.read_objects(parts, &mut whole, block_start)?;
+                        let whole = Bytes::from(whole);
+                        if let Ok(mut c) = self.cache.lock() {
+                            c.put(self.number, block, whole.clone());
+                        }
+                        whole
+                    }
+                };
+                dst.copy_from_slice(
+                    &bytes[(at - block_start) as usize..(upto - block_start) as usize],
+                );
+            }
+            at = upto;
         }
         Ok(())
     }
@@ -291,10 +425,10 @@ impl Storage for ObjectSegment {
         if !from_staging.is_empty() {
             st.staging.read_exact_at(from_staging, split)?;
         }
-        let parts = st.parts.clone();
+        let (parts, uploaded) = (st.parts.clone(), st.uploaded);
         drop(st);
         if !from_objects.is_empty() {
-            self.read_objects(&parts, from_objects, offset)?;
+            self.read_cached(&parts, uploaded, from_objects, offset)?;
         }
         Ok(())
     }
@@ -335,6 +469,9 @@ impl Storage for ObjectSegment {
     fn set_len(&self, len: u64) -> io::Result<()> {
         let mut st = self.state()?;
         if len < st.uploaded {
+            if let Ok(mut cache) = self.cache.lock() {
+                cache.forget_from(self.number, len);
+            }
             // Objects wholly past the new end go; the one the end cuts is replaced by its kept
             // part (uploaded before the old one's tail is dropped, so no byte below `len` is
             // ever missing).

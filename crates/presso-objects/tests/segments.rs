@@ -63,7 +63,14 @@ impl Place {
     }
 
     fn dir(&self) -> ObjectDir {
-        ObjectDir::new(FsDir::open(&self.local).unwrap(), self.objects.clone())
+        // Small cache blocks and budget, so that these small segments go through the cache and
+        // evict from it.
+        ObjectDir::new(
+            FsDir::open(&self.local).unwrap(),
+            self.objects.clone(),
+            64 << 10,
+        )
+        .with_cache_block(4096)
     }
 }
 
@@ -246,4 +253,66 @@ fn the_pool_store_runs_on_object_segments() {
     let loc = store.append(&more).unwrap();
     store.sync().unwrap();
     assert_eq!(store.read(loc).unwrap(), more);
+}
+
+/// Reads of uploaded bytes go through the cache: a block read once is not asked for again until
+/// it is evicted, and a truncation drops the blocks it cuts.
+#[test]
+fn the_read_cache_saves_requests_and_forgets_what_truncation_cut() {
+    use presso_objects::fault_proxy::FaultProxy;
+
+    let server = TestServer::shared();
+    let proxy = FaultProxy::start(&server.address()).unwrap();
+    let opts = presso_objects::ObjectOptions {
+        endpoint: Some(proxy.endpoint()),
+        ..server.options()
+    };
+    let objects = Arc::new(Objects::connect(&TestServer::fresh_url("cache"), &opts).unwrap());
+    let local = Place::new();
+    // Two blocks of 64 KiB fit.
+    let dir = ObjectDir::new(FsDir::open(&local.local).unwrap(), objects, 128 << 10)
+        .with_cache_block(64 << 10);
+    let seg = dir.create_segment(1).unwrap();
+    let data = bytes(5, 300 << 10);
+    seg.write_at(&data, 0).unwrap();
+    seg.sync().unwrap();
+    let read = |a: usize, b: usize| {
+        let got = seg.read_vec_at(b - a, a as u64).unwrap();
+        assert_eq!(got, &data[a..b]);
+        proxy.requests()
+    };
+    let before = proxy.requests();
+    let after_first = read(10, 100);
+    assert_eq!(after_first, before + 1, "a first read fetches its block");
+    assert_eq!(
+        read(200, 60_000),
+        after_first,
+        "the same block again: no request"
+    );
+    let two = read(70_000, 70_100);
+    assert_eq!(two, after_first + 1, "another block");
+    assert_eq!(read(0, 10), two, "still cached");
+    let three = read(140_000, 140_010);
+    assert_eq!(
+        three,
+        two + 1,
+        "a third block evicts the least recently used"
+    );
+    assert_eq!(
+        read(0, 10),
+        three,
+        "block 0 was used more recently than block 1"
+    );
+    assert_eq!(read(70_000, 70_001), three + 1, "block 1 was evicted");
+    // The end of the uploaded bytes is not a whole block: read directly each time.
+    let tail = read(299 << 10, 300 << 10);
+    assert_eq!(read(299 << 10, 300 << 10), tail + 1);
+    // Truncating into block 1 and writing other bytes: block 1 is not served from the cache.
+    seg.set_len(100_000).unwrap();
+    let other = bytes(6, 60_000);
+    seg.write_at(&other, 100_000).unwrap();
+    seg.sync().unwrap();
+    let got = seg.read_vec_at(40_000, 90_000).unwrap();
+    assert_eq!(&got[..10_000], &data[90_000..100_000]);
+    assert_eq!(&got[10_000..], &other[..30_000]);
 }
