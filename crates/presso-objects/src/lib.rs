@@ -332,8 +332,19 @@ impl Objects {
 
     /// Names and sizes of every object under the prefix (names relative to it), in name order.
     pub fn list(&self) -> Result<Vec<(String, u64)>> {
-        let prefix =
-            (!self.url.prefix.is_empty()).then(|| ObjectPath::from(self.url.prefix.as_str()));
+        self.list_under("")
+    }
+
+    /// Like [`Objects::list`], for the objects whose names (relative to the prefix) begin with
+    /// the path `under/` only (all of them for an empty `under`).
+    pub fn list_under(&self, under: &str) -> Result<Vec<(String, u64)>> {
+        let full = match (self.url.prefix.is_empty(), under.is_empty()) {
+            (true, true) => String::new(),
+            (true, false) => under.to_string(),
+            (false, true) => self.url.prefix.clone(),
+            (false, false) => format!("{}/{under}", self.url.prefix),
+        };
+        let prefix = (!full.is_empty()).then(|| ObjectPath::from(full.as_str()));
         let metas: Vec<object_store::ObjectMeta> = self
             .runtime
             .block_on(self.store.list(prefix.as_ref()).try_collect())

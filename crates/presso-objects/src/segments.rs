@@ -162,7 +162,7 @@ impl ObjectDir {
         let prefix = format!("seg-{number}/");
         let mut parts: Vec<(u64, u64)> = self
             .objects
-            .list()
+            .list_under(&format!("seg-{number}"))
             .map_err(io_error)?
             .into_iter()
             .filter_map(|(name, size)| Some((name.strip_prefix(&prefix)?.parse().ok()?, size)))

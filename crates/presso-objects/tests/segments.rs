@@ -184,11 +184,16 @@ fn a_segment_is_listed_and_cannot_be_created_twice() {
         dir.create_segment(3).err().map(|e| e.kind()),
         Some(std::io::ErrorKind::AlreadyExists)
     );
-    drop(seg);
+    // Segment 30's objects share the start of segment 3's names, not their path.
+    let other = dir.create_segment(30).unwrap();
+    other.write_at(b"thirty bytes, not segment 3's", 0).unwrap();
+    other.sync().unwrap();
+    drop((seg, other));
     std::fs::remove_file(place.local.join(segment_file_name(3))).unwrap();
     // Only in the object store now: still a segment, still not creatable, and it reads back.
     let dir = place.dir();
-    assert_eq!(dir.list_segments().unwrap(), vec![3]);
+    assert_eq!(dir.list_segments().unwrap(), vec![3, 30]);
+    assert_eq!(dir.open_segment(3).unwrap().len().unwrap(), 6);
     assert!(dir.create_segment(3).is_err());
     assert_eq!(
         dir.open_segment(3).unwrap().read_vec_at(6, 0).unwrap(),

@@ -169,7 +169,11 @@ impl Pool {
     /// While the server cannot be reached (a restart), connecting is tried again with growing
     /// pauses; [`MetaError::Io`] once the connect timeout has passed.
     pub(super) fn get(&self) -> Result<Pooled<'_>> {
-        let deadline = Instant::now() + self.wait;
+        self.get_until(Instant::now() + self.wait)
+    }
+
+    /// [`Pool::get`], trying until `deadline`.
+    fn get_until(&self, deadline: Instant) -> Result<Pooled<'_>> {
         let mut pause = Duration::from_millis(20);
         let mut idle = self.idle.lock().map_err(poisoned)?;
         loop {
@@ -229,7 +233,7 @@ impl Pool {
     pub(super) fn begin(&self, begin: &str) -> Result<Pooled<'_>> {
         let deadline = Instant::now() + self.wait;
         loop {
-            let mut conn = self.get()?;
+            let mut conn = self.get_until(deadline)?;
             match conn.client.batch_execute(begin) {
                 Ok(()) => return Ok(conn),
                 Err(_) if conn.client.is_closed() && Instant::now() < deadline => conn.discard(),

@@ -21,7 +21,10 @@
 //! also makes every earlier commit of every client durable.
 //!
 //! Connections come from a pool ([`PostgresOptions::max_connections`]), each with its prepared
-//! statements; one that the server dropped is replaced.
+//! statements; one that the server dropped is replaced. While the server cannot be reached (a
+//! restart), beginning a transaction is tried again for up to
+//! [`PostgresOptions::connect_timeout`], so operations wait through a restart; only a
+//! transaction the server cut off fails.
 
 mod conn;
 mod rows;
@@ -52,8 +55,8 @@ pub const DEFAULT_SCHEMA: &str = "presso";
 pub struct PostgresOptions {
     /// Most connections this client keeps open.
     pub max_connections: u32,
-    /// How long a connection attempt (and a wait for a free pooled connection) may take before
-    /// the operation fails with [`MetaError::Io`].
+    /// How long an operation waits for the server (connecting again while it cannot be
+    /// reached) or for a free pooled connection before it fails with [`MetaError::Io`].
     pub connect_timeout: Duration,
 }
 
