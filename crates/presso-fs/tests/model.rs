@@ -243,19 +243,26 @@ fn generate(rng: &mut StdRng, config: &Config, count: usize) -> Vec<Op> {
         .collect()
 }
 
-/// Where a run keeps its metadata.
+/// Where a run keeps its metadata and its segments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Engine {
+    /// The in-memory metadata engine and the simulated directory.
     Memory,
     /// A new pool on the test process's PostgreSQL server per run.
     Postgres,
+    /// Segments in the test process's S3 server (metadata in memory).
+    Objects,
+    /// Both: the scale-out stack.
+    PostgresAndObjects,
 }
 
 /// Runs `ops` on a fresh pool; `Err` names the failing step and what differed.
 fn run(config: &Config, engine: Engine, ops: &[Op]) -> Result<(), (usize, String)> {
     let mut fs = match engine {
         Engine::Memory => Fs::new(config),
-        Engine::Postgres => Fs::new_on_postgres(config),
+        Engine::Postgres => Fs::new_remote(config, true, false),
+        Engine::Objects => Fs::new_remote(config, false, true),
+        Engine::PostgresAndObjects => Fs::new_remote(config, true, true),
     };
     let mut model = Model::default();
     for (step, op) in ops.iter().enumerate() {
@@ -600,7 +607,7 @@ fn run_config_on(index: usize, engine: Engine, ops: usize) {
             .collect();
         let ops_var = match engine {
             Engine::Memory => "PRESSO_MODEL_OPS",
-            Engine::Postgres => "PRESSO_MODEL_PG_OPS",
+            _ => "PRESSO_MODEL_REMOTE_OPS",
         };
         panic!(
             "model mismatch on {config} ({engine:?} metadata), seed {seed} (replay: \
@@ -614,17 +621,35 @@ fn run_config_on(index: usize, engine: Engine, ops: usize) {
 
 one_test_per_config!();
 
-/// The file layer with its metadata in PostgreSQL (the scale-out engine), on one configuration
-/// with a compressing codec and small records: fewer operations than the memory runs, since each
-/// metadata transaction is a few round trips to the server (`PRESSO_MODEL_PG_OPS`, default
-/// 6,000).
-#[test]
-fn postgres_metadata_lz4_4k() {
-    let ops = std::env::var("PRESSO_MODEL_PG_OPS")
+/// Operations of the runs on real servers (`PRESSO_MODEL_REMOTE_OPS`, default 6,000): fewer than
+/// the memory runs, since a metadata transaction is a few round trips to PostgreSQL and a sync
+/// an upload to the object store.
+fn remote_ops() -> usize {
+    std::env::var("PRESSO_MODEL_REMOTE_OPS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(6_000);
-    run_config_on(3, Engine::Postgres, ops);
+        .unwrap_or(6_000)
+}
+
+/// The file layer with its metadata in PostgreSQL, on one configuration with a compressing
+/// codec and small records.
+#[test]
+fn postgres_metadata_lz4_4k() {
+    run_config_on(3, Engine::Postgres, remote_ops());
+}
+
+/// The file layer with its segments in an object store (GC deleting objects, scrub reading
+/// them back, remounts listing them).
+#[test]
+fn object_segments_lz4_4k() {
+    run_config_on(3, Engine::Objects, remote_ops());
+}
+
+/// The scale-out stack in process: metadata in PostgreSQL, segments in an object store, on a
+/// gzip configuration with large records.
+#[test]
+fn postgres_and_object_segments_gzip_1m() {
+    run_config_on(11, Engine::PostgresAndObjects, remote_ops());
 }
 
 /// A file opened as it is created (the FUSE CREATE path, which reads nothing back) follows its

@@ -16,7 +16,9 @@ use presso_meta::memory::MemoryEngine;
 use presso_meta::postgres::test_server::TestServer;
 use presso_meta::postgres::{PostgresOptions, PostgresTarget};
 use presso_meta::{MetaStore, NewNode, SetAttr, ROOT_INO};
-use presso_store::SimDir;
+use presso_objects::segments::ObjectDir;
+use presso_objects::Objects;
+use presso_store::{FsDir, SimDir, StorageDir};
 
 mod configs;
 pub use configs::*;
@@ -27,6 +29,8 @@ pub struct Fs {
     pub meta: MemoryEngine,
     /// When set, the metadata lives in this PostgreSQL pool instead of `meta`.
     pub postgres: Option<PostgresTarget>,
+    /// When set, the segments live in an object store instead of `dir`.
+    pub objects: Option<ObjectsPlace>,
     pub vfs: Option<Arc<Vfs>>,
     /// Test id → inode.
     inos: HashMap<u64, u64>,
@@ -74,6 +78,46 @@ pub fn new_pool() -> (SimDir, MemoryEngine) {
     (dir, meta)
 }
 
+/// Segments in the test process's S3 server, staged in a local directory of their own.
+pub struct ObjectsPlace {
+    local: std::path::PathBuf,
+    objects: Arc<Objects>,
+}
+
+impl ObjectsPlace {
+    fn new() -> ObjectsPlace {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static N: AtomicU64 = AtomicU64::new(0);
+        let local = std::env::temp_dir().join(format!(
+            "presso-fs-objects-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&local).expect("staging directory");
+        let server = presso_objects::test_server::TestServer::shared();
+        let url = presso_objects::test_server::TestServer::fresh_url("pool");
+        let objects = Objects::connect(&url, &server.options()).expect("object store client");
+        ObjectsPlace {
+            local,
+            objects: Arc::new(objects),
+        }
+    }
+
+    fn dir(&self) -> ObjectDir {
+        ObjectDir::new(
+            FsDir::open(&self.local).expect("staging directory"),
+            self.objects.clone(),
+            16 << 20,
+        )
+    }
+}
+
+impl Drop for ObjectsPlace {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.local);
+    }
+}
+
 impl Fs {
     /// A new pool with `config`'s properties, mounted.
     pub fn new(config: &Config) -> Fs {
@@ -83,16 +127,33 @@ impl Fs {
     /// Like [`Fs::new`], with the metadata in a new pool of the test process's PostgreSQL
     /// server.
     pub fn new_on_postgres(config: &Config) -> Fs {
-        let target = TestServer::shared().target(&TestServer::fresh_schema("model"));
-        Fs::new_on(config, MemoryEngine::new(), Some(target))
+        Fs::new_remote(config, true, false)
+    }
+
+    /// Like [`Fs::new`], with the metadata in PostgreSQL (`postgres`) and the segments in the
+    /// test process's S3 server (`objects`), each optional.
+    pub fn new_remote(config: &Config, postgres: bool, objects: bool) -> Fs {
+        let target =
+            postgres.then(|| TestServer::shared().target(&TestServer::fresh_schema("model")));
+        Fs::new_on(
+            config,
+            MemoryEngine::new(),
+            target,
+            objects.then(ObjectsPlace::new),
+        )
     }
 
     /// Like [`Fs::new`], over a given (for crash tests, simulated) metadata engine.
     pub fn new_with(config: &Config, meta: MemoryEngine) -> Fs {
-        Fs::new_on(config, meta, None)
+        Fs::new_on(config, meta, None, None)
     }
 
-    fn new_on(config: &Config, meta: MemoryEngine, postgres: Option<PostgresTarget>) -> Fs {
+    fn new_on(
+        config: &Config,
+        meta: MemoryEngine,
+        postgres: Option<PostgresTarget>,
+        objects: Option<ObjectsPlace>,
+    ) -> Fs {
         let dir = SimDir::new();
         let props = [
             ("compression".to_string(), config.compression.to_string()),
@@ -104,12 +165,17 @@ impl Fs {
                 .expect("create the postgres metadata"),
             None => MetaStore::new(Box::new(meta.handle())),
         };
-        Pool::create_with(Arc::new(dir.clone()), &store, &props).expect("create the pool");
+        let storage: Arc<dyn StorageDir> = match &objects {
+            Some(o) => Arc::new(o.dir()),
+            None => Arc::new(dir.clone()),
+        };
+        Pool::create_with(storage, &store, &props).expect("create the pool");
         drop(store);
         let mut fs = Fs {
             dir,
             meta,
             postgres,
+            objects,
             vfs: None,
             inos: HashMap::new(),
             handles: HashMap::new(),
@@ -130,8 +196,12 @@ impl Fs {
                 .map_err(|e| format!("open the postgres metadata: {e}"))?,
             None => MetaStore::new(Box::new(self.meta.handle())),
         };
-        let (pool, _) = Pool::open_with(Arc::new(self.dir.clone()), meta, pool_options())
-            .map_err(|e| fail("open", e))?;
+        let storage: Arc<dyn StorageDir> = match &self.objects {
+            Some(o) => Arc::new(o.dir()),
+            None => Arc::new(self.dir.clone()),
+        };
+        let (pool, _) =
+            Pool::open_with(storage, meta, pool_options()).map_err(|e| fail("open", e))?;
         self.vfs = Some(Vfs::new(pool, config));
         Ok(())
     }
