@@ -380,8 +380,14 @@ fn classify(name: &str, e: object_store::Error) -> ObjectError {
         | object_store::Error::UnknownConfigurationKey { .. } => {
             ObjectError::Config(format!("{name}: {e}"))
         }
-        // Timeouts, refused connections, 5xx after the retries, a missing bucket: a later try
-        // (or a fixed server) may succeed.
+        // S3's error codes are part of its API: a missing bucket is a configuration error,
+        // not an outage.
+        e if e.to_string().contains("<Code>NoSuchBucket</Code>") => ObjectError::Config(format!(
+            "the bucket does not exist: create it first (for example `aws s3 mb s3://BUCKET`, \
+             or your store's console), then try again ({name}: {e})"
+        )),
+        // Timeouts, refused connections, 5xx after the retries: a later try (or a fixed
+        // server) may succeed.
         e => ObjectError::Unavailable(format!("{name}: {e}")),
     }
 }

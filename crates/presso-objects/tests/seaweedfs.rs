@@ -146,3 +146,14 @@ fn an_unreachable_store_is_a_clear_error_within_the_retry_timeout() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_missing_bucket_is_a_configuration_error_that_says_so() {
+    let server = TestServer::shared();
+    let url = ObjectUrl::parse("s3://no-such-bucket-here/p").unwrap();
+    let o = Objects::connect(&url, &server.options()).unwrap();
+    match o.list().unwrap_err() {
+        ObjectError::Config(msg) => assert!(msg.contains("does not exist"), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+}
