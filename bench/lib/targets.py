@@ -85,6 +85,17 @@ class Target:
             time.sleep(0.5)
         raise TargetError(f"cannot unmount {path} (busy)")
 
+    def _backing_disk(self):
+        """A fresh ext4 loop disk mounted at self.backing, for a FUSE file system's files."""
+        self._fresh_dir()
+        self.backing = os.path.join(self.dir, "backing")
+        os.makedirs(self.backing)
+        self.img = self._image("disk.img")
+        self.dev = self._loop(self.img)
+        self.sh(MKFS_EXT4 + [self.dev], record=False)
+        self.commands.append(" ".join(MKFS_EXT4 + ["LOOP"]))
+        self._mount(self.dev, self.backing)
+
     def make_dir(self, name):
         p = os.path.join(self.mnt, name)
         os.makedirs(p, exist_ok=True)
@@ -269,14 +280,7 @@ class FuseFloor(Target):
     def setup(self):
         if not self.ctx.floor or not os.access(self.ctx.floor, os.X_OK):
             raise TargetError("no fuse_floor binary (cargo build --release -p presso-fs --example fuse_floor)")
-        self._fresh_dir()
-        self.backing = os.path.join(self.dir, "backing")
-        os.makedirs(self.backing)
-        self.img = self._image("disk.img")
-        self.dev = self._loop(self.img)
-        self.sh(MKFS_EXT4 + [self.dev], record=False)
-        self.commands.append(" ".join(MKFS_EXT4 + ["LOOP"]))
-        self._mount(self.dev, self.backing)
+        self._backing_disk()
         # Registered first: a mount that half-succeeded must still be undone. Unmounting ends
         # the daemon.
         self.add("fuse_mount", path=self.mnt, unmount_cmd=["umount", self.mnt])
@@ -309,14 +313,7 @@ class Presso(Target):
     def setup(self):
         if not self.presso or not os.access(self.presso, os.X_OK):
             raise TargetError("no presso binary (build it: cargo build --release -p presso-cli)")
-        self._fresh_dir()
-        self.backing = os.path.join(self.dir, "backing")
-        os.makedirs(self.backing)
-        self.img = self._image("disk.img")
-        self.dev = self._loop(self.img)
-        self.sh(MKFS_EXT4 + [self.dev], record=False)
-        self.commands.append(" ".join(MKFS_EXT4 + ["LOOP"]))
-        self._mount(self.dev, self.backing)
+        self._backing_disk()
         self.pool_dir = os.path.join(self.backing, "pool")
         opts = [x for o in self.options for x in ("-o", o)]
         self.sh([self.presso, "create", self.pool_dir] + opts, timeout=120)

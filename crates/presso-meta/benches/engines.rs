@@ -6,31 +6,16 @@
 //! Run: `cargo bench -p presso-meta --bench engines -- --warm-up-time 1 --measurement-time 5`
 //! (`PRESSO_BENCH_DIR` picks the SQLite file's directory, default the temporary directory).
 
-use std::path::PathBuf;
+mod common;
 
+use common::TempDb;
 use criterion::{criterion_group, criterion_main, Criterion};
 use presso_meta::postgres::test_server::TestServer;
 use presso_meta::postgres::PostgresOptions;
 use presso_meta::{MetaStore, NewNode, RecordRef, SetAttr, TxgOp, ROOT_INO};
 
-/// The SQLite file, removed (with its log) when dropped.
-struct TempDb(PathBuf);
-
-impl Drop for TempDb {
-    fn drop(&mut self) {
-        for suffix in ["", "-wal", "-shm"] {
-            let mut p = self.0.as_os_str().to_owned();
-            p.push(suffix);
-            let _ = std::fs::remove_file(p);
-        }
-    }
-}
-
 fn sqlite() -> (MetaStore, TempDb) {
-    let dir = std::env::var_os("PRESSO_BENCH_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(std::env::temp_dir);
-    let db = TempDb(dir.join(format!("presso-meta-engines-{}.db", std::process::id())));
+    let db = TempDb::new("engines");
     let store = MetaStore::create_sqlite(&db.0).expect("create sqlite");
     (store, db)
 }

@@ -6,9 +6,11 @@
 //!
 //! Run: `cargo bench -p presso-meta --bench txg -- --warm-up-time 1 --measurement-time 5`
 
-use std::path::PathBuf;
 use std::time::Instant;
 
+mod common;
+
+use common::TempDb;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use presso_meta::{MetaStore, NewNode, RecordRef, TxgOp, ROOT_INO};
 
@@ -19,28 +21,6 @@ const FILES: u64 = 1_000;
 const RECORDS_PER_FILE: u64 = 1_000;
 /// Records per segment (256 MiB segments of 1 MiB frames).
 const RECORDS_PER_SEGMENT: u64 = 256;
-
-/// A database file that is removed (with its WAL) when dropped.
-struct TempDb(PathBuf);
-
-impl TempDb {
-    fn new(tag: &str) -> Self {
-        let dir = std::env::var_os("PRESSO_BENCH_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(std::env::temp_dir);
-        TempDb(dir.join(format!("presso-meta-bench-{tag}-{}.db", std::process::id())))
-    }
-}
-
-impl Drop for TempDb {
-    fn drop(&mut self) {
-        for suffix in ["", "-wal", "-shm"] {
-            let mut p = self.0.as_os_str().to_owned();
-            p.push(suffix);
-            let _ = std::fs::remove_file(p);
-        }
-    }
-}
 
 fn frame(serial: u64) -> RecordRef {
     RecordRef {
