@@ -303,6 +303,21 @@ pub trait Txn {
     fn get_record(&mut self, ino: u64, index: u64) -> Result<Option<RecordRef>>;
     /// Inserts or replaces one record reference.
     fn put_record(&mut self, ino: u64, index: u64, rec: &RecordRef) -> Result<()>;
+    /// Inserts or replaces one record reference, returning the one it replaced. An engine may
+    /// do both in one statement (a round trip less on a server); by default it reads, then
+    /// writes if the record differs.
+    fn replace_record(
+        &mut self,
+        ino: u64,
+        index: u64,
+        rec: &RecordRef,
+    ) -> Result<Option<RecordRef>> {
+        let old = self.get_record(ino, index)?;
+        if old.as_ref() != Some(rec) {
+            self.put_record(ino, index, rec)?;
+        }
+        Ok(old)
+    }
     /// Deletes one record reference.
     fn delete_record(&mut self, ino: u64, index: u64) -> Result<bool>;
     /// Records of `ino` with index in `range`, in index order.

@@ -54,11 +54,10 @@ fn apply_ops(tx: &mut dyn Txn, ops: &[TxgOp]) -> Result<TxgOutcome> {
                     skip(&mut delta, &mut out, rec);
                     continue;
                 }
-                let old = tx.get_record(*ino, *index)?;
+                let old = tx.replace_record(*ino, *index, rec)?;
                 if old.as_ref() == Some(rec) {
                     continue;
                 }
-                tx.put_record(*ino, *index, rec)?;
                 delta.take(rec);
                 if let Some(old) = old {
                     delta.drop_ref(&old);

@@ -2356,6 +2356,39 @@ fn engine_rollback(e: &dyn MetaEngine) {
     assert_eq!(tx.get_counter("c").unwrap(), 5);
 }
 
+/// `replace_record` gives back what it replaced and leaves the new record, on every engine.
+fn engine_replace_record(e: &dyn MetaEngine) {
+    let rec = |n: u64| RecordRef {
+        segment: 3,
+        offset: n << 17,
+        stored_len: 1000 + n as u32,
+        logical_len: 4096,
+        codec: 2,
+        checksum: n,
+        inline: None,
+    };
+    let mut tx = e.write().unwrap();
+    assert_eq!(tx.replace_record(9, 4, &rec(1)).unwrap(), None);
+    assert_eq!(tx.replace_record(9, 4, &rec(2)).unwrap(), Some(rec(1)));
+    assert_eq!(tx.replace_record(9, 4, &rec(2)).unwrap(), Some(rec(2)));
+    tx.commit().unwrap();
+    let mut tx = e.read().unwrap();
+    assert_eq!(tx.get_record(9, 4).unwrap(), Some(rec(2)));
+    assert_eq!(tx.list_records(9, 0..10).unwrap(), vec![(4, rec(2))]);
+}
+
+#[test]
+fn replace_record_on_every_engine() {
+    for make in [memory_engine as fn() -> _, sqlite_engine, postgres_engine] {
+        let (e, path) = make();
+        engine_replace_record(&*e);
+        drop(e);
+        if let Some(p) = path {
+            remove_db(&p);
+        }
+    }
+}
+
 #[test]
 fn memory_engine_rollback() {
     engine_rollback(&MemoryEngine::new());

@@ -67,6 +67,17 @@ mod sql {
         seg_offset = EXCLUDED.seg_offset, stored_len = EXCLUDED.stored_len, \
         logical_len = EXCLUDED.logical_len, codec = EXCLUDED.codec, \
         checksum = EXCLUDED.checksum, inline_data = EXCLUDED.inline_data";
+    // Every part of one statement sees the same snapshot, so `old` is the row before the
+    // upsert.
+    pub const REPLACE_RECORD: &str = "WITH old AS (SELECT segment, seg_offset, stored_len, \
+        logical_len, codec, checksum, inline_data FROM records WHERE ino = $1 AND idx = $2), \
+        up AS (INSERT INTO records (ino, idx, segment, seg_offset, stored_len, logical_len, \
+        codec, checksum, inline_data) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+        ON CONFLICT (ino, idx) DO UPDATE SET segment = EXCLUDED.segment, \
+        seg_offset = EXCLUDED.seg_offset, stored_len = EXCLUDED.stored_len, \
+        logical_len = EXCLUDED.logical_len, codec = EXCLUDED.codec, \
+        checksum = EXCLUDED.checksum, inline_data = EXCLUDED.inline_data) \
+        SELECT * FROM old";
     pub const DELETE_RECORD: &str = "DELETE FROM records WHERE ino = $1 AND idx = $2";
     pub const LIST_RECORDS: &str = "SELECT ino, idx, segment, seg_offset, stored_len, \
         logical_len, codec, checksum, inline_data FROM records \
@@ -373,6 +384,29 @@ impl Txn for PgTxn<'_> {
             ],
         )?;
         Ok(())
+    }
+
+    fn replace_record(
+        &mut self,
+        ino: u64,
+        index: u64,
+        rec: &RecordRef,
+    ) -> Result<Option<RecordRef>> {
+        self.writable()?;
+        let params: [&(dyn ToSql + Sync); 9] = [
+            &(ino as i64),
+            &idx(index),
+            &(rec.segment as i64),
+            &(rec.offset as i64),
+            &i64::from(rec.stored_len),
+            &i64::from(rec.logical_len),
+            &i16::from(rec.codec),
+            &(rec.checksum as i64),
+            &rec.inline,
+        ];
+        self.row(sql::REPLACE_RECORD, &params)?
+            .map(|r| record_at(&r, 0))
+            .transpose()
     }
 
     fn delete_record(&mut self, ino: u64, index: u64) -> Result<bool> {
