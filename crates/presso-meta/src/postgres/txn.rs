@@ -38,17 +38,23 @@ mod sql {
         "SELECT name, ino, kind FROM dentries WHERE parent = $1 ORDER BY name LIMIT $2";
     pub const LIST_DENTRIES_AFTER: &str = "SELECT name, ino, kind FROM dentries \
         WHERE parent = $1 AND name > $2 ORDER BY name LIMIT $3";
-    // The inode's columns first, in the order `inode_at` reads them.
-    pub const LIST_WITH_INODES: &str = "SELECT i.ino, i.kind, i.mode, i.uid, i.gid, i.size, \
-        i.nlink, i.atime_s, i.atime_ns, i.mtime_s, i.mtime_ns, i.ctime_s, i.ctime_ns, i.rdev, \
-        i.parent, i.target, d.name, d.ino, d.kind \
-        FROM dentries d LEFT JOIN inodes i ON i.ino = d.ino \
-        WHERE d.parent = $1 ORDER BY d.name LIMIT $2";
-    pub const LIST_WITH_INODES_AFTER: &str = "SELECT i.ino, i.kind, i.mode, i.uid, i.gid, \
-        i.size, i.nlink, i.atime_s, i.atime_ns, i.mtime_s, i.mtime_ns, i.ctime_s, i.ctime_ns, \
-        i.rdev, i.parent, i.target, d.name, d.ino, d.kind \
-        FROM dentries d LEFT JOIN inodes i ON i.ino = d.ino \
-        WHERE d.parent = $1 AND d.name > $2 ORDER BY d.name LIMIT $3";
+    /// Names of `parent` with their inode rows, the inode's columns first in the order
+    /// `inode_at` reads them; `$cond` narrows the names, `$limit` is the limit's parameter.
+    macro_rules! listed_with_inodes {
+        ($cond:literal, $limit:literal) => {
+            concat!(
+                "SELECT i.ino, i.kind, i.mode, i.uid, i.gid, i.size, i.nlink, i.atime_s, ",
+                "i.atime_ns, i.mtime_s, i.mtime_ns, i.ctime_s, i.ctime_ns, i.rdev, i.parent, ",
+                "i.target, d.name, d.ino, d.kind ",
+                "FROM dentries d LEFT JOIN inodes i ON i.ino = d.ino WHERE d.parent = $1",
+                $cond,
+                " ORDER BY d.name LIMIT ",
+                $limit
+            )
+        };
+    }
+    pub const LIST_WITH_INODES: &str = listed_with_inodes!("", "$2");
+    pub const LIST_WITH_INODES_AFTER: &str = listed_with_inodes!(" AND d.name > $2", "$3");
     pub const COUNT_DENTRIES: &str = "SELECT COUNT(*) FROM dentries WHERE parent = $1";
 
     pub const GET_XATTR: &str = "SELECT value FROM xattrs WHERE ino = $1 AND name = $2";
@@ -58,45 +64,64 @@ mod sql {
     pub const LIST_XATTRS: &str = "SELECT name FROM xattrs WHERE ino = $1 ORDER BY name";
     pub const XATTR_NAME_IN_USE: &str = "SELECT EXISTS (SELECT 1 FROM xattrs WHERE name = $1)";
 
-    pub const GET_RECORD: &str = "SELECT segment, seg_offset, stored_len, logical_len, codec, \
-        checksum, inline_data FROM records WHERE ino = $1 AND idx = $2";
-    pub const PUT_RECORD: &str = "INSERT INTO records (ino, idx, segment, seg_offset, \
-        stored_len, logical_len, codec, checksum, inline_data) \
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
-        ON CONFLICT (ino, idx) DO UPDATE SET segment = EXCLUDED.segment, \
-        seg_offset = EXCLUDED.seg_offset, stored_len = EXCLUDED.stored_len, \
-        logical_len = EXCLUDED.logical_len, codec = EXCLUDED.codec, \
-        checksum = EXCLUDED.checksum, inline_data = EXCLUDED.inline_data";
+    /// A record's columns after its key, in the order `record_at` reads them.
+    macro_rules! record_cols {
+        () => {
+            "segment, seg_offset, stored_len, logical_len, codec, checksum, inline_data"
+        };
+    }
+    /// Inserts or replaces record ($1, $2) with the columns $3..$9 (`RecordParams`).
+    macro_rules! upsert_record {
+        () => {
+            concat!(
+                "INSERT INTO records (ino, idx, ",
+                record_cols!(),
+                ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ",
+                "ON CONFLICT (ino, idx) DO UPDATE SET segment = EXCLUDED.segment, ",
+                "seg_offset = EXCLUDED.seg_offset, stored_len = EXCLUDED.stored_len, ",
+                "logical_len = EXCLUDED.logical_len, codec = EXCLUDED.codec, ",
+                "checksum = EXCLUDED.checksum, inline_data = EXCLUDED.inline_data"
+            )
+        };
+    }
+    /// `SELECT ino, idx, <record columns> FROM records` and `$rest`: rows `location` reads.
+    macro_rules! select_locations {
+        ($rest:literal) => {
+            concat!("SELECT ino, idx, ", record_cols!(), " FROM records ", $rest)
+        };
+    }
+    pub const GET_RECORD: &str = concat!(
+        "SELECT ",
+        record_cols!(),
+        " FROM records WHERE ino = $1 AND idx = $2"
+    );
+    pub const PUT_RECORD: &str = upsert_record!();
     // Every part of one statement sees the same snapshot, so `old` is the row before the
     // upsert.
-    pub const REPLACE_RECORD: &str = "WITH old AS (SELECT segment, seg_offset, stored_len, \
-        logical_len, codec, checksum, inline_data FROM records WHERE ino = $1 AND idx = $2), \
-        up AS (INSERT INTO records (ino, idx, segment, seg_offset, stored_len, logical_len, \
-        codec, checksum, inline_data) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
-        ON CONFLICT (ino, idx) DO UPDATE SET segment = EXCLUDED.segment, \
-        seg_offset = EXCLUDED.seg_offset, stored_len = EXCLUDED.stored_len, \
-        logical_len = EXCLUDED.logical_len, codec = EXCLUDED.codec, \
-        checksum = EXCLUDED.checksum, inline_data = EXCLUDED.inline_data) \
-        SELECT * FROM old";
+    pub const REPLACE_RECORD: &str = concat!(
+        "WITH old AS (SELECT ",
+        record_cols!(),
+        " FROM records WHERE ino = $1 AND idx = $2), up AS (",
+        upsert_record!(),
+        ") SELECT * FROM old"
+    );
     pub const DELETE_RECORD: &str = "DELETE FROM records WHERE ino = $1 AND idx = $2";
-    pub const LIST_RECORDS: &str = "SELECT ino, idx, segment, seg_offset, stored_len, \
-        logical_len, codec, checksum, inline_data FROM records \
-        WHERE ino = $1 AND idx >= $2 AND idx < $3 ORDER BY idx";
-    pub const DELETE_RECORDS_FROM: &str = "DELETE FROM records WHERE ino = $1 AND idx >= $2 \
-        RETURNING ino, idx, segment, seg_offset, stored_len, logical_len, codec, checksum, \
-        inline_data";
+    pub const LIST_RECORDS: &str =
+        select_locations!("WHERE ino = $1 AND idx >= $2 AND idx < $3 ORDER BY idx");
+    pub const DELETE_RECORDS_FROM: &str = concat!(
+        "DELETE FROM records WHERE ino = $1 AND idx >= $2 RETURNING ino, idx, ",
+        record_cols!()
+    );
     pub const SEGMENT_USAGE: &str = "SELECT segment, COUNT(*), SUM(stored_len)::BIGINT \
         FROM records WHERE inline_data IS NULL GROUP BY segment";
     pub const CODEC_USAGE: &str = "SELECT codec, COUNT(*), SUM(logical_len)::BIGINT, \
         SUM(stored_len)::BIGINT FROM records GROUP BY codec";
-    pub const RECORDS_IN_SEGMENT: &str = "SELECT ino, idx, segment, seg_offset, stored_len, \
-        logical_len, codec, checksum, inline_data FROM records \
-        WHERE segment = $1 AND inline_data IS NULL ORDER BY seg_offset, ino, idx";
-    pub const SCAN_RECORDS: &str = "SELECT ino, idx, segment, seg_offset, stored_len, \
-        logical_len, codec, checksum, inline_data FROM records ORDER BY ino, idx LIMIT $1";
-    pub const SCAN_RECORDS_AFTER: &str = "SELECT ino, idx, segment, seg_offset, stored_len, \
-        logical_len, codec, checksum, inline_data FROM records \
-        WHERE (ino, idx) > ($1, $2) ORDER BY ino, idx LIMIT $3";
+    pub const RECORDS_IN_SEGMENT: &str = select_locations!(
+        "WHERE segment = $1 AND inline_data IS NULL ORDER BY seg_offset, ino, idx"
+    );
+    pub const SCAN_RECORDS: &str = select_locations!("ORDER BY ino, idx LIMIT $1");
+    pub const SCAN_RECORDS_AFTER: &str =
+        select_locations!("WHERE (ino, idx) > ($1, $2) ORDER BY ino, idx LIMIT $3");
 
     pub const LIST_ORPHANS: &str = "SELECT ino FROM inodes WHERE nlink = 0 ORDER BY ino";
 
@@ -203,6 +228,49 @@ impl Drop for PgTxn<'_> {
                 conn.discard();
             }
         }
+    }
+}
+
+/// The parameters $1..$9 of a record's upsert: its key, then its columns.
+struct RecordParams<'a> {
+    ino: i64,
+    index: i64,
+    segment: i64,
+    offset: i64,
+    stored_len: i64,
+    logical_len: i64,
+    codec: i16,
+    checksum: i64,
+    inline: &'a Option<Vec<u8>>,
+}
+
+impl<'a> RecordParams<'a> {
+    fn new(ino: u64, index: u64, rec: &'a RecordRef) -> Self {
+        RecordParams {
+            ino: ino as i64,
+            index: idx(index),
+            segment: rec.segment as i64,
+            offset: rec.offset as i64,
+            stored_len: i64::from(rec.stored_len),
+            logical_len: i64::from(rec.logical_len),
+            codec: i16::from(rec.codec),
+            checksum: rec.checksum as i64,
+            inline: &rec.inline,
+        }
+    }
+
+    fn all(&self) -> [&(dyn ToSql + Sync); 9] {
+        [
+            &self.ino,
+            &self.index,
+            &self.segment,
+            &self.offset,
+            &self.stored_len,
+            &self.logical_len,
+            &self.codec,
+            &self.checksum,
+            self.inline,
+        ]
     }
 }
 
@@ -369,20 +437,8 @@ impl Txn for PgTxn<'_> {
     }
 
     fn put_record(&mut self, ino: u64, index: u64, rec: &RecordRef) -> Result<()> {
-        self.change(
-            sql::PUT_RECORD,
-            &[
-                &(ino as i64),
-                &idx(index),
-                &(rec.segment as i64),
-                &(rec.offset as i64),
-                &i64::from(rec.stored_len),
-                &i64::from(rec.logical_len),
-                &i16::from(rec.codec),
-                &(rec.checksum as i64),
-                &rec.inline,
-            ],
-        )?;
+        let p = RecordParams::new(ino, index, rec);
+        self.change(sql::PUT_RECORD, &p.all())?;
         Ok(())
     }
 
@@ -393,18 +449,8 @@ impl Txn for PgTxn<'_> {
         rec: &RecordRef,
     ) -> Result<Option<RecordRef>> {
         self.writable()?;
-        let params: [&(dyn ToSql + Sync); 9] = [
-            &(ino as i64),
-            &idx(index),
-            &(rec.segment as i64),
-            &(rec.offset as i64),
-            &i64::from(rec.stored_len),
-            &i64::from(rec.logical_len),
-            &i16::from(rec.codec),
-            &(rec.checksum as i64),
-            &rec.inline,
-        ];
-        self.row(sql::REPLACE_RECORD, &params)?
+        let p = RecordParams::new(ino, index, rec);
+        self.row(sql::REPLACE_RECORD, &p.all())?
             .map(|r| record_at(&r, 0))
             .transpose()
     }
