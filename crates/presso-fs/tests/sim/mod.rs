@@ -124,12 +124,6 @@ impl Fs {
         Fs::new_with(config, MemoryEngine::new())
     }
 
-    /// Like [`Fs::new`], with the metadata in a new pool of the test process's PostgreSQL
-    /// server.
-    pub fn new_on_postgres(config: &Config) -> Fs {
-        Fs::new_remote(config, true, false)
-    }
-
     /// Like [`Fs::new`], with the metadata in PostgreSQL (`postgres`) and the segments in the
     /// test process's S3 server (`objects`), each optional.
     pub fn new_remote(config: &Config, postgres: bool, objects: bool) -> Fs {
