@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Namespace-heavy work through a Presso mount, side by side with the kernel's ext4 (and btrfs
 # compress-force=zstd:1 when mkfs.btrfs is installed) and the FUSE floor (the least any FUSE file
-# system costs here: crates/presso-fs/examples/fuse_floor.rs) on the same loop-device disk, in one
+# system costs here: crates/presso-fs/examples/fuse_floor/) on the same loop-device disk, in one
 # run:
 #   tar x     extract the Linux 6.1 source tarball (83.7k entries, 1.36 GB), then `sync -f`
 #   find      `find DIR | wc -l` over the extracted tree, right after

@@ -273,7 +273,7 @@ class ZfsFuse(Target):
 class FuseFloor(Target):
     """The least a FUSE file system costs here: Presso's mount options and INIT capabilities, names
     in memory, each file's bytes in a plain file of its own on an ext4 disk, nothing else
-    (crates/presso-fs/examples/fuse_floor.rs). Presso ÷ this is Presso's own cost; this ÷ ext4 is
+    (crates/presso-fs/examples/fuse_floor/). Presso ÷ this is Presso's own cost; this ÷ ext4 is
     the kernel's FUSE."""
     fs = "fuse-floor"
 

@@ -1,227 +1,21 @@
-//! The FUSE floor: the least any FUSE file system can cost on this machine, for benchmarks.
-//!
-//! It is mounted with Presso's own options and INIT capabilities (`mount_config`,
-//! `configure_kernel`: writeback cache, READDIRPLUS, several request channels, permissions
-//! checked by the kernel), keeps names and attributes in one in-memory table, and writes each
-//! regular file's bytes to a file of its own in DATA_DIR: one copy per byte, no metadata
-//! database, no records, no checksums, no compression, nothing durable but what fsync reaches.
-//! What a workload costs on it is what the kernel's FUSE costs plus a plain store; what Presso
-//! costs beyond it is Presso's own (bench/namespace.sh and bench/floor-fio.sh compare them).
-//!
-//! ```text
-//! cargo build --release -p presso-fs --example fuse_floor
-//! target/release/examples/fuse_floor DATA_DIR MOUNTPOINT [CHANNELS]
-//! ```
-//! It prints `mounted` once the mount is in place and serves until it is unmounted.
+//! The floor's answers to the kernel: each request done on the table and replied to.
 
-use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
-use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::fs::OpenOptions;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::path::Path;
+use std::time::{Duration, SystemTime};
 
 use fuser::{
     BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    INodeNo, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow,
 };
-use parking_lot::Mutex;
-use presso_fs::fuse::{configure_kernel, mount_config, DEFAULT_CACHE_TIMEOUT, DEFAULT_CHANNELS};
+use presso_fs::fuse::{configure_kernel, DEFAULT_CACHE_TIMEOUT};
 
-const ROOT: u64 = 1;
-
-struct Node {
-    attr: FileAttr,
-    /// A directory's names.
-    children: BTreeMap<Vec<u8>, u64>,
-    /// A symbolic link's target.
-    target: Vec<u8>,
-    /// The bytes of a regular file while it is open.
-    file: Option<Arc<File>>,
-    opens: u32,
-}
-
-struct Table {
-    nodes: HashMap<u64, Node>,
-    next_ino: u64,
-}
-
-/// A listed entry: its inode, the cookie after it, its name and attributes.
-type Listed = (u64, u64, Vec<u8>, FileAttr);
-
-struct Floor {
-    table: Mutex<Table>,
-    data: PathBuf,
-}
-
-fn now() -> SystemTime {
-    SystemTime::now()
-}
-
-fn new_attr(ino: u64, kind: FileType, perm: u16, req: &Request) -> FileAttr {
-    let t = now();
-    FileAttr {
-        ino: INodeNo(ino),
-        size: 0,
-        blocks: 0,
-        atime: t,
-        mtime: t,
-        ctime: t,
-        crtime: t,
-        kind,
-        perm,
-        nlink: if kind == FileType::Directory { 2 } else { 1 },
-        uid: req.uid(),
-        gid: req.gid(),
-        rdev: 0,
-        blksize: 128 << 10,
-        flags: 0,
-    }
-}
-
-fn io_errno(e: &std::io::Error) -> Errno {
-    Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
-}
-
-impl Floor {
-    fn path(&self, ino: u64) -> PathBuf {
-        self.data.join(ino.to_string())
-    }
-
-    /// Makes a node named `name` in `parent`; regular files get their (empty) data file.
-    fn make(
-        &self,
-        req: &Request,
-        parent: u64,
-        name: &OsStr,
-        kind: FileType,
-        perm: u16,
-        target: &[u8],
-    ) -> Result<FileAttr, Errno> {
-        let mut t = self.table.lock();
-        let ino = t.next_ino;
-        let dir = t.nodes.get(&parent).ok_or(Errno::ENOENT)?;
-        if dir.attr.kind != FileType::Directory {
-            return Err(Errno::ENOTDIR);
-        }
-        if dir.children.contains_key(name.as_bytes()) {
-            return Err(Errno::EEXIST);
-        }
-        if kind == FileType::RegularFile {
-            File::create(self.path(ino)).map_err(|e| io_errno(&e))?;
-        }
-        t.next_ino += 1;
-        let mut attr = new_attr(ino, kind, perm, req);
-        attr.size = target.len() as u64;
-        t.nodes.insert(
-            ino,
-            Node {
-                attr,
-                children: BTreeMap::new(),
-                target: target.to_vec(),
-                file: None,
-                opens: 0,
-            },
-        );
-        let dir = t.nodes.get_mut(&parent).expect("looked up above");
-        dir.children.insert(name.as_bytes().to_vec(), ino);
-        dir.attr.mtime = now();
-        dir.attr.ctime = dir.attr.mtime;
-        if kind == FileType::Directory {
-            dir.attr.nlink += 1;
-        }
-        Ok(attr)
-    }
-
-    /// Drops one link of `ino`; a node with no link and no open handle is forgotten.
-    fn unlinked(&self, t: &mut Table, ino: u64) {
-        let Some(node) = t.nodes.get_mut(&ino) else {
-            return;
-        };
-        node.attr.nlink = node.attr.nlink.saturating_sub(1);
-        node.attr.ctime = now();
-        if node.attr.kind == FileType::Directory {
-            node.attr.nlink = 0;
-        }
-        if node.attr.nlink == 0 && node.opens == 0 {
-            if node.attr.kind == FileType::RegularFile {
-                let _ = std::fs::remove_file(self.path(ino));
-            }
-            t.nodes.remove(&ino);
-        }
-    }
-
-    fn remove(&self, parent: u64, name: &OsStr, dir: bool) -> Result<(), Errno> {
-        let mut t = self.table.lock();
-        let p = t.nodes.get(&parent).ok_or(Errno::ENOENT)?;
-        let ino = *p.children.get(name.as_bytes()).ok_or(Errno::ENOENT)?;
-        let node = t.nodes.get(&ino).ok_or(Errno::ENOENT)?;
-        match (dir, node.attr.kind == FileType::Directory) {
-            (true, false) => return Err(Errno::ENOTDIR),
-            (false, true) => return Err(Errno::EISDIR),
-            (true, true) if !node.children.is_empty() => return Err(Errno::ENOTEMPTY),
-            _ => {}
-        }
-        let p = t.nodes.get_mut(&parent).expect("looked up above");
-        p.children.remove(name.as_bytes());
-        p.attr.mtime = now();
-        p.attr.ctime = p.attr.mtime;
-        if dir {
-            p.attr.nlink -= 1;
-        }
-        self.unlinked(&mut t, ino);
-        Ok(())
-    }
-
-    fn attr_of(&self, ino: u64) -> Result<FileAttr, Errno> {
-        let t = self.table.lock();
-        t.nodes.get(&ino).map(|n| n.attr).ok_or(Errno::ENOENT)
-    }
-
-    fn open_file(&self, ino: u64) -> Result<u64, Errno> {
-        let mut t = self.table.lock();
-        let node = t.nodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
-        if node.file.is_none() {
-            let f = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(self.data.join(ino.to_string()))
-                .map_err(|e| io_errno(&e))?;
-            node.file = Some(Arc::new(f));
-        }
-        node.opens += 1;
-        Ok(ino)
-    }
-
-    fn file(&self, ino: u64) -> Result<Arc<File>, Errno> {
-        let t = self.table.lock();
-        let node = t.nodes.get(&ino).ok_or(Errno::ENOENT)?;
-        node.file.clone().ok_or(Errno::EBADF)
-    }
-
-    /// The entries of directory `ino` from position `offset`: `.`, `..`, then its names.
-    fn listing(&self, ino: u64, offset: u64) -> Result<Vec<Listed>, Errno> {
-        let t = self.table.lock();
-        let dir = t.nodes.get(&ino).ok_or(Errno::ENOENT)?;
-        let dots = [(ino, b".".to_vec()), (ino, b"..".to_vec())];
-        let names = dir.children.iter().map(|(n, i)| (*i, n.clone()));
-        Ok(dots
-            .into_iter()
-            .chain(names)
-            .enumerate()
-            .skip(offset as usize)
-            .filter_map(|(i, (child, name))| {
-                let attr = t.nodes.get(&child)?.attr;
-                Some((child, i as u64 + 1, name, attr))
-            })
-            .collect())
-    }
-}
+use crate::table::{io_errno, new_attr, now, Floor};
 
 const TTL: Duration = DEFAULT_CACHE_TIMEOUT;
 
@@ -307,7 +101,7 @@ impl Filesystem for Floor {
                 Some(f) => f.set_len(size),
                 None => OpenOptions::new()
                     .write(true)
-                    .open(self.data.join(ino.0.to_string()))
+                    .open(self.path(ino.0))
                     .and_then(|f| f.set_len(size)),
             };
             if let Err(e) = resized {
@@ -694,79 +488,5 @@ impl Filesystem for Floor {
             }
             Err(e) => reply.error(e),
         }
-    }
-}
-
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.len() < 3 || args.len() > 4 {
-        eprintln!("usage: fuse_floor DATA_DIR MOUNTPOINT [CHANNELS]");
-        std::process::exit(2);
-    }
-    let data = PathBuf::from(&args[1]);
-    let channels = match args.get(3).map(|c| c.parse::<usize>()) {
-        None => DEFAULT_CHANNELS,
-        Some(Ok(c)) if c > 0 => c,
-        Some(_) => {
-            eprintln!(
-                "fuse_floor: CHANNELS must be a positive number, not {}",
-                args[3]
-            );
-            std::process::exit(2);
-        }
-    };
-    if let Err(e) = std::fs::create_dir_all(&data) {
-        eprintln!("fuse_floor: cannot make {}: {e}", data.display());
-        std::process::exit(1);
-    }
-    let mut root = Node {
-        attr: FileAttr {
-            ino: INodeNo(ROOT),
-            size: 0,
-            blocks: 0,
-            atime: UNIX_EPOCH,
-            mtime: now(),
-            ctime: now(),
-            crtime: now(),
-            kind: FileType::Directory,
-            perm: 0o755,
-            nlink: 2,
-            uid: unsafe { libc::getuid() },
-            gid: unsafe { libc::getgid() },
-            rdev: 0,
-            blksize: 128 << 10,
-            flags: 0,
-        },
-        children: BTreeMap::new(),
-        target: Vec::new(),
-        file: None,
-        opens: 0,
-    };
-    root.attr.atime = root.attr.mtime;
-    let floor = Floor {
-        table: Mutex::new(Table {
-            nodes: HashMap::from([(ROOT, root)]),
-            next_ino: ROOT + 1,
-        }),
-        data: data.clone(),
-    };
-    let mut config = mount_config(&data, false, false, false, channels);
-    for option in &mut config.mount_options {
-        if let MountOption::Subtype(s) = option {
-            *s = "presso-floor".into();
-        }
-    }
-    let session = match fuser::Session::new(floor, Path::new(&args[2]), &config) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("fuse_floor: cannot mount at {}: {e}", args[2]);
-            std::process::exit(1);
-        }
-    };
-    println!("mounted");
-    let _ = std::io::stdout().flush();
-    if let Err(e) = session.run() {
-        eprintln!("fuse_floor: {e}");
-        std::process::exit(1);
     }
 }
