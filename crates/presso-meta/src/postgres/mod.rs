@@ -132,7 +132,9 @@ impl PostgresTarget {
 pub struct PostgresEngine {
     pool: Pool,
     target: PostgresTarget,
-    lock_key: i64,
+    /// What begins an ordinary and a durable write transaction: the isolation level, the
+    /// commit's durability and the pool's advisory lock (the key is fixed for the engine).
+    begin_write: [String; 2],
 }
 
 impl std::fmt::Debug for PostgresEngine {
@@ -167,7 +169,14 @@ impl PostgresEngine {
         let pool = Pool::new(manager, opts);
         Ok(PostgresEngine {
             pool,
-            lock_key: Self::lock_key(&target.schema),
+            begin_write: [false, true].map(|durable| {
+                format!(
+                    "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit TO {}; \
+                     SELECT pg_advisory_xact_lock({})",
+                    if durable { "on" } else { "off" },
+                    Self::lock_key(&target.schema)
+                )
+            }),
             target: target.clone(),
         })
     }
@@ -190,20 +199,12 @@ impl PostgresEngine {
     }
 
     fn begin(&self, write: bool, durable: bool) -> Result<Box<dyn Txn + '_>> {
-        let begin = match (write, durable) {
-            (false, _) => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY".to_string(),
-            (true, false) => format!(
-                "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit TO off; \
-                 SELECT pg_advisory_xact_lock({})",
-                self.lock_key
-            ),
-            (true, true) => format!(
-                "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit TO on; \
-                 SELECT pg_advisory_xact_lock({})",
-                self.lock_key
-            ),
+        let begin = if write {
+            &self.begin_write[usize::from(durable)]
+        } else {
+            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
         };
-        let conn = self.pool.begin(&begin)?;
+        let conn = self.pool.begin(begin)?;
         Ok(Box::new(PgTxn::new(conn, write, durable)))
     }
 }
