@@ -14,6 +14,9 @@ pub enum FsError {
     /// From the segment store (I/O, corruption, full disk, pool in use).
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// From the object store of a shared pool.
+    #[error(transparent)]
+    Objects(#[from] presso_objects::ObjectError),
     /// A frame read back from the pool does not decode.
     #[error("corrupt record of inode {ino} (record {index}) in segment {segment} at offset {offset}: {source}")]
     CorruptFrame {
@@ -137,6 +140,13 @@ impl FsError {
         match self {
             FsError::Meta(e) => e.errno(),
             FsError::Store(e) => e.errno(),
+            FsError::Objects(e) => match e {
+                presso_objects::ObjectError::NotFound(_) => libc::ENOENT,
+                presso_objects::ObjectError::Denied(_) => libc::EACCES,
+                presso_objects::ObjectError::Config(_) => libc::EINVAL,
+                presso_objects::ObjectError::Truncated { .. }
+                | presso_objects::ObjectError::Unavailable(_) => libc::EIO,
+            },
             FsError::CorruptFrame { .. } | FsError::Misdirected { .. } => libc::EIO,
             FsError::NoSpace => libc::ENOSPC,
             FsError::Property(_)

@@ -8,7 +8,7 @@ use presso_meta::{RecordRef, TxgOp};
 use presso_store::SegmentStats;
 use serde::{Deserialize, Serialize};
 
-use crate::error::Result;
+use crate::error::{FsError, Result};
 use crate::pool::Pool;
 use crate::props;
 
@@ -50,6 +50,12 @@ pub struct GcReport {
 /// segment's live records, not for all of them, and the first segments free the most. A
 /// segment whose live records do not fit in the free space left is skipped (`skipped`).
 pub fn gc(pool: &Pool, min_live: f64, progress: &mut dyn FnMut(Progress)) -> Result<GcReport> {
+    if pool.client().is_some() {
+        return Err(FsError::Unsupported(
+            "garbage collection of a shared pool (it needs the pool-wide lease that lets one \
+             client at a time collect, which is not built yet; nothing was changed)",
+        ));
+    }
     let _one_at_a_time = pool.maintenance_lock();
     pool.refresh_live()?;
     let mut report = GcReport::default();

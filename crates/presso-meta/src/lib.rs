@@ -16,7 +16,8 @@
 //!   the struct and its constructors; its methods live in one private module per concern:
 //!   `namespace` (lookups, node creation, links, removal, readdir, setattr, orphans), `rename`,
 //!   `xattr`, `records` (record map and pool-wide record views), `txg` (transaction groups),
-//!   `props` (properties) and `accounting` (space counters). The plain data types of the API are
+//!   `props` (properties), `accounting` (space counters) and `clients` (the sessions of a
+//!   shared pool's clients). The plain data types of the API are
 //!   in `types`.
 //! - Engines: [`sqlite::SqliteEngine`] (durable, WAL; the embedded default),
 //!   [`postgres::PostgresEngine`] (a pool shared by many clients) and [`memory::MemoryEngine`]
@@ -74,6 +75,7 @@
 //! (handing over the frame a record already points at changes nothing).
 
 mod accounting;
+mod clients;
 pub mod engine;
 mod error;
 pub mod memory;
@@ -89,6 +91,7 @@ mod xattr;
 
 use std::path::Path;
 
+pub use clients::{ClientSession, CLIENTS_INO};
 pub use engine::{
     CodecSpace, Dentry, FileKind, InodeRow, MetaEngine, RecordLocation, RecordRef, SegmentUsage,
     Timespec, Txn, POOL_INO, ROOT_INO, STATISTICS_PREFIX,

@@ -100,7 +100,21 @@ fn effective(tx: &mut dyn Txn, ino: u64, name: &str) -> Result<Option<EffectiveP
 /// set: property names are checked against the property table above this layer.
 const POOL_ID: &str = "$pool-id";
 
+/// The pool-level row naming where a shared pool's segments are (an object store location).
+const DATA_LOCATION: &str = "$data";
+
 impl MetaStore {
+    /// Where a shared pool keeps its segments, as given at creation; `None` for a pool whose
+    /// segments sit beside its metadata.
+    pub fn data_location(&self) -> Result<Option<String>> {
+        self.read(|tx| tx.get_prop(POOL_INO, DATA_LOCATION))
+    }
+
+    /// Records where a shared pool keeps its segments.
+    pub fn set_data_location(&self, location: &str) -> Result<()> {
+        self.write(|tx| tx.set_prop(POOL_INO, DATA_LOCATION, location))
+    }
+
     /// The id of the pool this metadata belongs to, once bound (see [`MetaStore::bind_pool`]).
     pub fn pool_id(&self) -> Result<Option<String>> {
         self.read(|tx| tx.get_prop(POOL_INO, POOL_ID))

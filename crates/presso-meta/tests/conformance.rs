@@ -13,9 +13,9 @@ use presso_meta::postgres::test_server::TestServer;
 use presso_meta::postgres::{PostgresEngine, PostgresOptions};
 use presso_meta::sqlite::SqliteEngine;
 use presso_meta::{
-    CodecSpace, EffectiveProp, FileKind, LinkFate, MetaEngine, MetaError, MetaStore, NewNode,
-    RecordLocation, RecordRef, SegmentUsage, SetAttr, SpaceUsage, SqliteOptions, Synchronous,
-    Timespec, TxgOp, TxgOutcome, XattrFlags, LINK_MAX, POOL_INO, ROOT_INO,
+    ClientSession, CodecSpace, EffectiveProp, FileKind, LinkFate, MetaEngine, MetaError, MetaStore,
+    NewNode, RecordLocation, RecordRef, SegmentUsage, SetAttr, SpaceUsage, SqliteOptions,
+    Synchronous, Timespec, TxgOp, TxgOutcome, XattrFlags, LINK_MAX, POOL_INO, ROOT_INO,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -135,7 +135,63 @@ conformance!(
     purge_orphans_removes_every_orphan,
     readers_run_while_a_writer_commits,
     statistics_add_up_and_stay_apart_from_accounting,
+    client_sessions_register_beat_and_end,
 );
+
+fn client_sessions_register_beat_and_end(s: &MetaStore) {
+    assert!(s.clients().unwrap().is_empty());
+    let a = s.register_client("node-a", 100, 1_000).unwrap();
+    let b = s.register_client("node b.example", 200, 1_005).unwrap();
+    assert_eq!((a, b), (1, 2), "numbers count up from 1");
+    assert!(s.heartbeat(a, 1_010).unwrap());
+    assert!(
+        s.heartbeat(b, 1_003).unwrap(),
+        "a late beat keeps the later time"
+    );
+    let all = s.clients().unwrap();
+    assert_eq!(
+        all,
+        [
+            ClientSession {
+                id: 1,
+                started: 1_000,
+                heartbeat: 1_010,
+                pid: 100,
+                host: "node-a".into()
+            },
+            ClientSession {
+                id: 2,
+                started: 1_005,
+                heartbeat: 1_005,
+                pid: 200,
+                host: "node b.example".into()
+            },
+        ]
+    );
+    // Sessions live apart from the namespace: the root lists nothing of them.
+    assert!(s.readdir(ROOT_INO, None, 100).unwrap().is_empty());
+    assert!(s.end_client(a).unwrap());
+    assert!(!s.end_client(a).unwrap());
+    assert!(
+        !s.heartbeat(a, 1_020).unwrap(),
+        "an ended session stays ended"
+    );
+    assert_eq!(
+        s.register_client("node-a", 100, 1_030).unwrap(),
+        3,
+        "numbers are never reused"
+    );
+    assert_eq!(
+        s.clients()
+            .unwrap()
+            .iter()
+            .map(|c| c.id)
+            .collect::<Vec<_>>(),
+        [2, 3]
+    );
+    let err = s.register_client("bad\nhost", 1, 0).unwrap_err();
+    assert!(matches!(err, MetaError::InvalidArgument(_)), "{err}");
+}
 
 fn statistics_add_up_and_stay_apart_from_accounting(s: &MetaStore) {
     assert_eq!(s.statistics(&["stat.a", "stat.b"]).unwrap(), [0, 0]);

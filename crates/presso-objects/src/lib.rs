@@ -106,6 +106,31 @@ impl ObjectUrl {
     }
 }
 
+/// Reads a data location as a shared pool keeps it, `s3://BUCKET[/PREFIX][?endpoint=URL]
+/// [&region=NAME]`: where the objects are and how to reach the server (AWS S3 when no endpoint
+/// is given). Credentials never appear in it: they come from `AWS_ACCESS_KEY_ID` and
+/// `AWS_SECRET_ACCESS_KEY` (see [`ObjectOptions::credentials`]).
+pub fn locate(location: &str) -> Result<(ObjectUrl, ObjectOptions)> {
+    let (url, query) = location.split_once('?').unwrap_or((location, ""));
+    let mut opts = ObjectOptions::default();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("endpoint", v)) if v.starts_with("http://") || v.starts_with("https://") => {
+                opts.endpoint = Some(v.trim_end_matches('/').to_string());
+            }
+            Some(("region", v)) if !v.is_empty() => opts.region = v.to_string(),
+            _ => {
+                return Err(ObjectError::Config(format!(
+                    "{pair:?} in {location:?}: the parameters are endpoint=http(s)://HOST:PORT \
+                     and region=NAME; credentials go in AWS_ACCESS_KEY_ID and \
+                     AWS_SECRET_ACCESS_KEY"
+                )))
+            }
+        }
+    }
+    Ok((ObjectUrl::parse(url)?, opts))
+}
+
 impl std::fmt::Display for ObjectUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.prefix.is_empty() {
@@ -422,6 +447,24 @@ mod tests {
                 matches!(ObjectUrl::parse(url), Err(ObjectError::Config(_))),
                 "{url}"
             );
+        }
+    }
+
+    #[test]
+    fn locations_give_url_endpoint_and_region_never_credentials() {
+        let (u, o) = locate("s3://bkt/p/q?endpoint=http://127.0.0.1:8333/&region=eu-1").unwrap();
+        assert_eq!(u.to_string(), "s3://bkt/p/q");
+        assert_eq!(o.endpoint.as_deref(), Some("http://127.0.0.1:8333"));
+        assert_eq!(o.region, "eu-1");
+        let (u, o) = locate("s3://bkt").unwrap();
+        assert_eq!((u.prefix.as_str(), o.endpoint), ("", None));
+        for bad in [
+            "s3://bkt?endpoint=127.0.0.1:8333",
+            "s3://bkt?secret=x",
+            "s3://bkt?region=",
+            "s3://BKT?region=x",
+        ] {
+            assert!(matches!(locate(bad), Err(ObjectError::Config(_))), "{bad}");
         }
     }
 

@@ -21,7 +21,18 @@
 //!   and is found again at the next open; after a power loss its unsynced tail may be lost or
 //!   torn, which the store's recovery cuts back to the committed end, as on a disk.
 //!
-//! Other files of the pool directory (header, lock) stay in the local directory.
+//! The pool header is an object too (`presso.pool`, written once when the pool is created), so
+//! the object store alone says which pool it holds; the lock and the staging files stay in the
+//! local directory, which is each client's own.
+//!
+//! # Shared pools
+//!
+//! Several clients may use one pool, each with its own local directory and its own range of
+//! segment numbers ([`ObjectDir::owning`]). A segment outside the range is another client's: it
+//! is opened read-only, with no staging file, and its objects are listed again when a read
+//! reaches past the end seen so far. Each mount of a shared pool is a new client with a fresh
+//! range, so nothing ever cuts or rewrites another client's objects, and the bytes of a listed
+//! object never change: cached blocks of other clients' segments cannot go stale.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -33,7 +44,10 @@ use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
 use presso_store::io::{parse_segment_file_name, segment_file_name};
-use presso_store::{DirLock, FsDir, LockError, Storage, StorageDir};
+use presso_store::{DirLock, FsDir, LockError, SegmentRange, Storage, StorageDir};
+
+/// Name of the pool header file, and of the object holding it.
+const HEADER: &str = presso_store::header::POOL_FILE;
 
 use crate::{ObjectError, Objects};
 
@@ -124,6 +138,8 @@ pub struct ObjectDir {
     cache: Arc<Mutex<BlockCache>>,
     /// Open segments, so that every opener of a segment shares one state.
     open: Mutex<HashMap<u64, Weak<ObjectSegment>>>,
+    /// Segments this directory writes; the others are read-only.
+    own: SegmentRange,
 }
 
 impl ObjectDir {
@@ -141,7 +157,15 @@ impl ObjectDir {
                 clock: 0,
             })),
             open: Mutex::new(HashMap::new()),
+            own: SegmentRange::ALL,
         }
+    }
+
+    /// The same as one client of a shared pool: segments outside `own` are other clients',
+    /// opened read-only (see the module docs).
+    pub fn owning(mut self, own: SegmentRange) -> Self {
+        self.own = own;
+        self
     }
 
     /// The same with cache blocks of `block` bytes instead of [`CACHE_BLOCK`] (tests use small
@@ -157,18 +181,8 @@ impl ObjectDir {
         self.local.path().join(segment_file_name(number))
     }
 
-    /// The objects of segment `number`: (start, length), ascending.
     fn parts(&self, number: u64) -> io::Result<Vec<(u64, u64)>> {
-        let prefix = format!("seg-{number}/");
-        let mut parts: Vec<(u64, u64)> = self
-            .objects
-            .list_under(&format!("seg-{number}"))
-            .map_err(io_error)?
-            .into_iter()
-            .filter_map(|(name, size)| Some((name.strip_prefix(&prefix)?.parse().ok()?, size)))
-            .collect();
-        parts.sort_unstable();
-        Ok(parts)
+        list_parts(&self.objects, number)
     }
 
     fn segment(&self, number: u64, create: bool) -> io::Result<Arc<dyn Storage>> {
@@ -183,42 +197,47 @@ impl ObjectDir {
             return Ok(seg);
         }
         let parts = self.parts(number)?;
+        let foreign = !self.own.contains(number);
         let path = self.staging(number);
-        let staging = if create {
+        let staging = if foreign {
+            if create {
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!("segment {number} is another client's"),
+                ));
+            }
+            if parts.is_empty() {
+                return Err(io::ErrorKind::NotFound.into());
+            }
+            None
+        } else if create {
             if !parts.is_empty() {
                 return Err(io::ErrorKind::AlreadyExists.into());
             }
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(&path)?
+            Some(
+                OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .open(&path)?,
+            )
         } else {
-            match OpenOptions::new().read(true).write(true).open(&path) {
-                Ok(f) => f,
-                Err(e) if e.kind() == io::ErrorKind::NotFound && !parts.is_empty() => {
-                    OpenOptions::new()
-                        .read(true)
-                        .write(true)
-                        .create(true)
-                        .truncate(false)
-                        .open(&path)?
-                }
-                Err(e) => return Err(e),
-            }
+            Some(
+                match OpenOptions::new().read(true).write(true).open(&path) {
+                    Ok(f) => f,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound && !parts.is_empty() => {
+                        OpenOptions::new()
+                            .read(true)
+                            .write(true)
+                            .create(true)
+                            .truncate(false)
+                            .open(&path)?
+                    }
+                    Err(e) => return Err(e),
+                },
+            )
         };
-        let mut uploaded = 0;
-        for &(start, len) in &parts {
-            if start != uploaded {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!(
-                        "segment {number}: its objects end at {uploaded} and the next begins at {start}"
-                    ),
-                ));
-            }
-            uploaded += len;
-        }
+        let uploaded = tiled_end(number, &parts)?;
         let seg = Arc::new(ObjectSegment {
             number,
             objects: self.objects.clone(),
@@ -243,6 +262,10 @@ impl StorageDir for ObjectDir {
     }
 
     fn open(&self, name: &str) -> io::Result<Arc<dyn Storage>> {
+        if name == HEADER {
+            let bytes = self.objects.get(HEADER).map_err(io_error)?;
+            return Ok(Arc::new(Fixed(bytes)));
+        }
         match parse_segment_file_name(name) {
             Some(n) => self.segment(n, false),
             None => self.local.open(name),
@@ -252,6 +275,10 @@ impl StorageDir for ObjectDir {
     fn list(&self) -> io::Result<Vec<String>> {
         let mut names = self.local.list()?;
         for (name, _) in self.objects.list().map_err(io_error)? {
+            if name == HEADER {
+                names.push(name);
+                continue;
+            }
             let number = name
                 .strip_prefix("seg-")
                 .and_then(|r| r.split_once('/'))
@@ -267,6 +294,9 @@ impl StorageDir for ObjectDir {
     }
 
     fn remove(&self, name: &str) -> io::Result<()> {
+        if name == HEADER {
+            return self.objects.delete(HEADER).map_err(io_error);
+        }
         let Some(number) = parse_segment_file_name(name) else {
             return self.local.remove(name);
         };
@@ -285,6 +315,20 @@ impl StorageDir for ObjectDir {
     }
 
     fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        if to == HEADER {
+            // The store writes the header to a temporary file and renames it into place: here
+            // the place is an object, written once.
+            match self.objects.size(HEADER) {
+                Ok(_) => return Err(io::ErrorKind::AlreadyExists.into()),
+                Err(ObjectError::NotFound(_)) => {}
+                Err(e) => return Err(io_error(e)),
+            }
+            let bytes = std::fs::read(self.local.path().join(from))?;
+            self.objects
+                .put(HEADER, Bytes::from(bytes))
+                .map_err(io_error)?;
+            return self.local.remove(from);
+        }
         if parse_segment_file_name(from).is_some() || parse_segment_file_name(to).is_some() {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -317,17 +361,99 @@ impl StorageDir for ObjectDir {
 }
 
 struct SegState {
-    /// Bytes from `uploaded` on, at their own offsets.
-    staging: File,
+    /// Bytes from `uploaded` on, at their own offsets; `None` for another client's segment.
+    staging: Option<File>,
     /// Objects (start, length), tiling `0..uploaded`.
     parts: Vec<(u64, u64)>,
     uploaded: u64,
 }
 
 impl SegState {
+    /// The length known without asking the object store.
     fn len(&self) -> io::Result<u64> {
-        Ok(self.staging.metadata()?.len().max(self.uploaded))
+        match &self.staging {
+            Some(f) => Ok(f.metadata()?.len().max(self.uploaded)),
+            None => Ok(self.uploaded),
+        }
     }
+
+    /// The staging file, which only this client's segments have.
+    fn staging(&self, number: u64) -> io::Result<&File> {
+        self.staging.as_ref().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("segment {number} is another client's and is only read"),
+            )
+        })
+    }
+}
+
+/// The objects of segment `number`: (start, length), ascending.
+fn list_parts(objects: &Objects, number: u64) -> io::Result<Vec<(u64, u64)>> {
+    let prefix = format!("seg-{number}/");
+    let mut parts: Vec<(u64, u64)> = objects
+        .list_under(&format!("seg-{number}"))
+        .map_err(io_error)?
+        .into_iter()
+        .filter_map(|(name, size)| Some((name.strip_prefix(&prefix)?.parse().ok()?, size)))
+        .collect();
+    parts.sort_unstable();
+    Ok(parts)
+}
+
+/// Where the objects `parts` of segment `number` end, checking that they tile it from 0.
+fn tiled_end(number: u64, parts: &[(u64, u64)]) -> io::Result<u64> {
+    let mut end = 0;
+    for &(start, len) in parts {
+        if start != end {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "segment {number}: its objects end at {end} and the next begins at {start}"
+                ),
+            ));
+        }
+        end += len;
+    }
+    Ok(end)
+}
+
+/// A small read-only file held in memory: the pool header read from its object.
+struct Fixed(Bytes);
+
+impl Storage for Fixed {
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.len() as u64)
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let start = usize::try_from(offset).map_err(|_| io::ErrorKind::UnexpectedEof)?;
+        let bytes = start
+            .checked_add(buf.len())
+            .and_then(|end| self.0.get(start..end))
+            .ok_or(io::ErrorKind::UnexpectedEof)?;
+        buf.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    fn write_at(&self, _: &[u8], _: u64) -> io::Result<()> {
+        Err(read_only())
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn set_len(&self, _: u64) -> io::Result<()> {
+        Err(read_only())
+    }
+}
+
+fn read_only() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        "the pool header in the object store is written once and never changed",
+    )
 }
 
 /// One segment: objects for its synced bytes, a staging file for the rest.
@@ -343,6 +469,17 @@ impl ObjectSegment {
         self.state
             .lock()
             .map_err(|_| io::Error::other("segment lock poisoned"))
+    }
+
+    /// Lists another client's segment's objects again, to learn of the ones it uploaded since.
+    fn refresh(&self, st: &mut SegState) -> io::Result<()> {
+        let parts = list_parts(&self.objects, self.number)?;
+        let uploaded = tiled_end(self.number, &parts)?;
+        if uploaded > st.uploaded {
+            st.parts = parts;
+            st.uploaded = uploaded;
+        }
+        Ok(())
     }
 
     /// Reads `buf.len()` bytes at `offset` straight from the objects (all below `uploaded`).
@@ -411,19 +548,27 @@ impl ObjectSegment {
 
 impl Storage for ObjectSegment {
     fn len(&self) -> io::Result<u64> {
-        self.state()?.len()
+        let mut st = self.state()?;
+        if st.staging.is_none() {
+            self.refresh(&mut st)?;
+        }
+        st.len()
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        let st = self.state()?;
+        let mut st = self.state()?;
         let end = offset + buf.len() as u64;
+        if end > st.len()? && st.staging.is_none() {
+            self.refresh(&mut st)?;
+        }
         if end > st.len()? {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
         let split = st.uploaded.clamp(offset, end);
         let (from_objects, from_staging) = buf.split_at_mut((split - offset) as usize);
         if !from_staging.is_empty() {
-            st.staging.read_exact_at(from_staging, split)?;
+            st.staging(self.number)?
+                .read_exact_at(from_staging, split)?;
         }
         let (parts, uploaded) = (st.parts.clone(), st.uploaded);
         drop(st);
@@ -444,7 +589,7 @@ impl Storage for ObjectSegment {
                 ),
             ));
         }
-        st.staging.write_all_at(data, offset)
+        st.staging(self.number)?.write_all_at(data, offset)
     }
 
     fn sync(&self) -> io::Result<()> {
@@ -455,19 +600,20 @@ impl Storage for ObjectSegment {
         }
         let start = st.uploaded;
         let mut bytes = vec![0u8; (len - start) as usize];
-        st.staging.read_exact_at(&mut bytes, start)?;
+        st.staging(self.number)?.read_exact_at(&mut bytes, start)?;
         self.objects
             .put(&part_name(self.number, start), Bytes::from(bytes))
             .map_err(io_error)?;
         st.parts.push((start, len - start));
         st.uploaded = len;
         // The staged bytes are in the object store now: give their local space back.
-        punch_hole(&st.staging, start, len - start);
+        punch_hole(st.staging(self.number)?, start, len - start);
         Ok(())
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
         let mut st = self.state()?;
+        st.staging(self.number)?;
         if len < st.uploaded {
             if let Ok(mut cache) = self.cache.lock() {
                 cache.forget_from(self.number, len);
@@ -497,7 +643,7 @@ impl Storage for ObjectSegment {
             st.parts = kept;
             st.uploaded = len;
         }
-        st.staging.set_len(len)
+        st.staging(self.number)?.set_len(len)
     }
 }
 

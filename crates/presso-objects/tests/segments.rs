@@ -221,6 +221,7 @@ fn the_pool_store_runs_on_object_segments() {
     let place = Place::new();
     let config = StoreConfig {
         segment_size: 256 << 10,
+        ..StoreConfig::default()
     };
     let store = Store::create(Arc::new(place.dir()), BTreeMap::new(), config).unwrap();
     let mut written = Vec::new();

@@ -79,6 +79,7 @@ fn recovery(c: &mut Criterion) {
     for segment_mib in [256u64, 8] {
         let config = StoreConfig {
             segment_size: segment_mib << 20,
+            ..StoreConfig::default()
         };
         let (dir, last) = build(config, &format!("recovery-{segment_mib}"));
         group.bench_function(BenchmarkId::new("segment_MiB", segment_mib), |b| {

@@ -134,6 +134,16 @@ pub enum StoreError {
         /// Entry bytes the segment holds.
         total: u64,
     },
+    /// A writer of a shared pool used up its segment numbers (2^40 - 1 segments).
+    #[error(
+        "no segment numbers left in {start}..{end}; remount to become a new client with fresh ones"
+    )]
+    SegmentNumbersUsedUp {
+        /// First number of the writer's range.
+        start: u64,
+        /// One past its last number.
+        end: u64,
+    },
     /// A sync failed earlier; after a failed fsync the kernel may have dropped the dirty data, so
     /// the store refuses further writes until the pool is reopened (which runs recovery).
     #[error("the store refuses writes after a failed sync ({reason}); reopen the pool to recover")]
@@ -166,6 +176,7 @@ impl StoreError {
             | StoreError::LiveBytesTooLarge { .. } => libc::EINVAL,
             StoreError::NewerVersion { .. } => libc::EPROTONOSUPPORT,
             StoreError::TooLarge { .. } => libc::EFBIG,
+            StoreError::SegmentNumbersUsedUp { .. } => libc::ENOSPC,
             StoreError::AlreadyExists { .. } => libc::EEXIST,
             StoreError::InUse { .. } | StoreError::CurrentSegment { .. } => libc::EBUSY,
         }

@@ -42,6 +42,6 @@ pub use segment::{
 };
 pub use sim::{IoStats, SimDir, SimStorage};
 pub use store::{
-    Committed, Location, Position, RecoveryReport, SegmentEntries, SegmentStats, Store,
-    StoreConfig, DEFAULT_SEGMENT_SIZE,
+    Committed, Location, Position, RecoveryReport, SegmentEntries, SegmentRange, SegmentStats,
+    Store, StoreConfig, CLIENT_SHIFT, DEFAULT_SEGMENT_SIZE, FIRST_SEGMENT,
 };

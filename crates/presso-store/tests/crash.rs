@@ -94,6 +94,7 @@ fn run_sequence(seed: u64, steps: usize, tally: &mut Tally) {
     let seg_size = [200u64, 700, 4096][rng.gen_range(0..3)];
     let cfg = StoreConfig {
         segment_size: seg_size,
+        ..StoreConfig::default()
     };
     let sim = SimDir::new();
     let mut store = Some(Store::create(Arc::new(sim.clone()), Default::default(), cfg).unwrap());

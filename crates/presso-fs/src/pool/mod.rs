@@ -37,12 +37,14 @@ mod frames;
 mod metacopy;
 mod namespace;
 mod opening;
+mod shared;
 mod txg;
 mod unsynced;
 
 pub use metacopy::COPY_FILE;
 pub use opening::OpenReport;
 use opening::{missing_segments, refresh_live};
+pub use shared::{ClientPlace, SharedClient, HEARTBEAT_INTERVAL};
 
 pub use txg::{Committed, Group, OpTag, TxgHold, Txgs};
 pub use unsynced::Unsynced;
@@ -128,6 +130,8 @@ pub struct Pool {
     copy_dir: std::sync::OnceLock<std::path::PathBuf>,
     /// Held while the metadata copy is written.
     copying: Mutex<()>,
+    /// This mount's client session, for a pool shared by several clients.
+    client: Option<SharedClient>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -175,11 +179,21 @@ impl Pool {
             .map(|(name, value)| Ok((name.clone(), props::normalize(name, value)?)))
             .collect::<std::result::Result<Vec<_>, String>>()
             .map_err(FsError::Property)?;
+        Self::create_on(dir, meta, &properties, StoreConfig::default())
+    }
+
+    /// [`Pool::create_with`] after the properties are normalized, with the store's settings.
+    fn create_on(
+        dir: Arc<dyn StorageDir>,
+        meta: &MetaStore,
+        properties: &[(String, String)],
+        config: StoreConfig,
+    ) -> Result<()> {
         let creation: BTreeMap<String, String> = properties.iter().cloned().collect();
-        let store = Store::create(dir, creation, StoreConfig::default())?;
+        let store = Store::create(dir, creation, config)?;
         meta.init()?;
         meta.bind_pool(&checks::pool_id(store.header()))?;
-        for (name, value) in &properties {
+        for (name, value) in properties {
             meta.set_prop(POOL_INO, name, value)?;
         }
         // Durable before create returns: a pool whose metadata a power cut took back to empty
@@ -220,45 +234,28 @@ impl Pool {
         meta: MetaStore,
         options: PoolOptions,
     ) -> Result<(Arc<Pool>, OpenReport)> {
-        // Everything is checked before the store's recovery may change a segment.
-        let id = checks::pool_id(&checks::read_header(dir.as_ref())?);
-        checks::check_metadata(&meta, dir.as_ref(), &id)?;
-        let usage = meta.segment_usage()?;
-        let committed = checks::committed(&meta, &usage, dir.as_ref())?;
-        let store = Store::open(
-            dir,
-            StoreConfig {
-                segment_size: options.segment_size,
-            },
-            &committed,
-        )?;
-        if meta.pool_id()?.is_none() {
-            meta.bind_pool(&id)?;
-        }
-        let recovery = store.recovery();
-        let mut report = OpenReport {
-            torn_bytes: recovery.discarded_bytes,
-            damaged_segment_headers: recovery.bad_headers.clone(),
-            damage_kept: recovery.kept_damage.then_some(recovery.segment),
-            missing_segments: missing_segments(&store, &usage),
-            ..OpenReport::default()
-        };
-        let purged = meta.purge_orphans()?;
-        report.orphan_records_purged = purged.len();
-        refresh_live(&store, &meta)?;
+        Self::open_as(dir, meta, options, None)
+    }
 
-        let offload = pool_prop(&meta, props::OFFLOAD)?
-            .parse::<Offload>()
-            .map_err(FsError::Property)?;
-        let engine = Engine::new(EngineConfig {
-            workers: options.workers.max(1),
-            queue_depth: options.workers.max(1) * 8,
-            offload,
-            ..EngineConfig::default()
-        })
-        .map_err(|e| FsError::EngineStart(e.to_string()))?;
-
-        let last_txg = meta.last_txg()?;
+    /// [`Pool::open_with`], as the client `client` of a shared pool when given: the store then
+    /// appends to the client's own segments only, and nothing that belongs to the whole pool
+    /// (other clients' segments, orphans) is recovered or removed at open.
+    fn open_as(
+        dir: Arc<dyn StorageDir>,
+        meta: MetaStore,
+        options: PoolOptions,
+        client: Option<SharedClient>,
+    ) -> Result<(Arc<Pool>, OpenReport)> {
+        let (store, engine, report, last_txg) =
+            match Self::prepare(dir, &meta, &options, client.as_ref()) {
+                Ok(parts) => parts,
+                Err(e) => {
+                    if let Some(c) = &client {
+                        c.end(&meta);
+                    }
+                    return Err(e);
+                }
+            };
         let pool = Arc::new(Pool {
             store,
             meta,
@@ -273,7 +270,11 @@ impl Pool {
             maintenance: Mutex::new(()),
             copy_dir: std::sync::OnceLock::new(),
             copying: Mutex::new(()),
+            client,
         });
+        if let Some(c) = &pool.client {
+            c.start_heartbeat(&pool)?;
+        }
         let weak = Arc::downgrade(&pool);
         let handle = std::thread::Builder::new()
             .name("presso-txg".into())
@@ -281,6 +282,70 @@ impl Pool {
             .map_err(|e| FsError::io("cannot start the commit thread", e))?;
         *pool.committer.lock() = Some(handle);
         Ok((pool, report))
+    }
+
+    /// The checks and recovery of an open: the store, the engine, what the open found and the
+    /// last committed transaction group.
+    fn prepare(
+        dir: Arc<dyn StorageDir>,
+        meta: &MetaStore,
+        options: &PoolOptions,
+        client: Option<&SharedClient>,
+    ) -> Result<(Store, Engine, OpenReport, u64)> {
+        // Everything is checked before the store's recovery may change a segment.
+        let id = checks::pool_id(&checks::read_header(dir.as_ref())?);
+        checks::check_metadata(meta, dir.as_ref(), &id)?;
+        let usage = meta.segment_usage()?;
+        let (committed, own_segments) = match client {
+            // A client is new at every mount: it has no segments to recover.
+            Some(c) => (Default::default(), c.segments()),
+            None => (
+                checks::committed(meta, &usage, dir.as_ref())?,
+                presso_store::SegmentRange::ALL,
+            ),
+        };
+        let store = Store::open(
+            dir,
+            StoreConfig {
+                segment_size: options.segment_size,
+                own_segments,
+            },
+            &committed,
+        )?;
+        if meta.pool_id()?.is_none() {
+            meta.bind_pool(&id)?;
+        }
+        let recovery = store.recovery();
+        let mut report = OpenReport {
+            torn_bytes: recovery.discarded_bytes,
+            damaged_segment_headers: recovery.bad_headers.clone(),
+            damage_kept: recovery.kept_damage.then_some(recovery.segment),
+            ..OpenReport::default()
+        };
+        if client.is_none() {
+            // In a shared pool the other clients' segments are not the store's to list, and
+            // their orphans are files they still have open.
+            report.missing_segments = missing_segments(&store, &usage);
+            report.orphan_records_purged = meta.purge_orphans()?.len();
+        }
+        refresh_live(&store, meta)?;
+
+        let offload = pool_prop(meta, props::OFFLOAD)?
+            .parse::<Offload>()
+            .map_err(FsError::Property)?;
+        let engine = Engine::new(EngineConfig {
+            workers: options.workers.max(1),
+            queue_depth: options.workers.max(1) * 8,
+            offload,
+            ..EngineConfig::default()
+        })
+        .map_err(|e| FsError::EngineStart(e.to_string()))?;
+        Ok((store, engine, report, meta.last_txg()?))
+    }
+
+    /// This mount's client session when the pool is shared by several clients.
+    pub fn client(&self) -> Option<&SharedClient> {
+        self.client.as_ref()
     }
 
     /// The pool directory, for messages.
@@ -419,6 +484,9 @@ impl Pool {
                 crate::log!("presso: cannot refresh the metadata copy at close: {e}");
             }
         }
+        if let Some(c) = &self.client {
+            c.end(&self.meta);
+        }
         // The database file alone is then complete: a copy without its log loses nothing.
         let result = result.and_then(|()| Ok(self.meta.close()?));
         result.and(self.store.close().map_err(FsError::from))
@@ -429,6 +497,9 @@ impl Pool {
     pub fn halt(&self) {
         self.txgs.halt();
         self.join_committer();
+        if let Some(c) = &self.client {
+            c.stop_heartbeat();
+        }
         // A killed process loses its lock with it.
         self.store.abandon();
     }

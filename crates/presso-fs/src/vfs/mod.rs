@@ -328,8 +328,12 @@ impl Vfs {
     }
 
     /// `close()` of one descriptor: starts compressing the file's partial records and reports a
-    /// failed earlier write once.
+    /// failed earlier write once. In a shared pool it also commits them before it returns, so
+    /// that a client opening the file next reads all of it (close-to-open).
     pub fn flush(&self, ino: u64) -> Result<()> {
+        if self.pool.client().is_some() {
+            return self.commit_file(ino, false);
+        }
         let Some(node) = self.files.lock().get(&ino).cloned() else {
             return Ok(());
         };
@@ -363,6 +367,11 @@ impl Vfs {
 
     /// Makes the file's data and metadata durable.
     pub fn fsync(&self, ino: u64) -> Result<()> {
+        self.commit_file(ino, true)
+    }
+
+    /// Commits the file's data and metadata, durably with `durable`.
+    fn commit_file(&self, ino: u64, durable: bool) -> Result<()> {
         if let Some(node) = self.files.lock().get(&ino).cloned() {
             self.submit_dirty(&node);
             let mut st = wait_compressed(&node);
@@ -373,7 +382,7 @@ impl Vfs {
                 self.queue_size(&node, &mut st);
             }
         }
-        self.pool.commit(true)
+        self.pool.commit(durable)
     }
 
     /// fsync of a directory: makes every name made, changed or removed so far durable. Names

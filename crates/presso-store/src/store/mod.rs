@@ -30,7 +30,7 @@ mod open;
 mod segments;
 
 use open::{
-    create_segment, entry_bytes, fix_tail, lock_dir, open_sealed_segment, read_pool_header,
+    create_own_segment, entry_bytes, fix_tail, lock_dir, open_sealed_segment, read_pool_header,
     recover_last_segment, stats_of, LastSegment,
 };
 
@@ -45,13 +45,57 @@ pub struct StoreConfig {
     /// An append that would take the open segment past this size goes to a new segment (an
     /// entry larger than this gets a segment of its own).
     pub segment_size: u64,
+    /// The segment numbers this store appends to, recovers and collects: all of them for a pool
+    /// with one writer. In a pool shared by several writers each has a range of its own
+    /// ([`SegmentRange::of_client`]); segments outside it are only read.
+    pub own_segments: SegmentRange,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
         Self {
             segment_size: DEFAULT_SEGMENT_SIZE,
+            own_segments: SegmentRange::ALL,
         }
+    }
+}
+
+/// Bits of a segment number below a shared pool's client number: each client numbers its
+/// segments from `client << CLIENT_SHIFT`, so it can make 2^40 - 1 of them.
+pub const CLIENT_SHIFT: u32 = 40;
+
+/// Segment numbers `start..end`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentRange {
+    /// The first number.
+    pub start: u64,
+    /// One past the last number.
+    pub end: u64,
+}
+
+impl SegmentRange {
+    /// Every segment number.
+    pub const ALL: SegmentRange = SegmentRange {
+        start: FIRST_SEGMENT,
+        end: u64::MAX,
+    };
+
+    /// The numbers of client `client` (1 to 2^23 - 1) of a shared pool; `None` for other
+    /// numbers. Client 0 would overlap the numbers of a pool with one writer.
+    pub fn of_client(client: u64) -> Option<SegmentRange> {
+        if client == 0 || client >= 1 << (63 - CLIENT_SHIFT) {
+            return None;
+        }
+        let start = client << CLIENT_SHIFT;
+        Some(SegmentRange {
+            start: start + FIRST_SEGMENT,
+            end: start + (1 << CLIENT_SHIFT),
+        })
+    }
+
+    /// Whether `segment` is in the range.
+    pub fn contains(&self, segment: u64) -> bool {
+        (self.start..self.end).contains(&segment)
     }
 }
 
@@ -200,6 +244,8 @@ pub struct Store {
     header: PoolHeader,
     config: StoreConfig,
     segments: RwLock<BTreeMap<u64, Arc<Segment>>>,
+    /// Segments of other writers of a shared pool, opened when first read.
+    foreign: RwLock<BTreeMap<u64, Arc<Segment>>>,
     appender: Mutex<Appender>,
     sync_lock: Mutex<()>,
     durable: Mutex<Position>,
@@ -297,9 +343,13 @@ impl Store {
         lock: DirLock,
         committed: &Committed,
     ) -> Result<Self> {
-        let numbers = dir
+        let own = config.own_segments;
+        let numbers: Vec<u64> = dir
             .list_segments()
-            .map_err(|e| io_error(&dir.describe(), 0, "list", e))?;
+            .map_err(|e| io_error(&dir.describe(), 0, "list", e))?
+            .into_iter()
+            .filter(|&n| own.contains(n))
+            .collect();
         let mut segments = BTreeMap::new();
         let mut bad_headers = Vec::new();
         let (mut recovery, last) = match numbers.split_last() {
@@ -318,18 +368,20 @@ impl Store {
         recovery.bad_headers = bad_headers;
         // Appends go on in the last segment unless it was sealed at damage, or committed entries
         // point into a higher-numbered segment whose file is missing.
-        let after = numbers
-            .last()
-            .copied()
-            .unwrap_or(0)
-            .max(committed.highest_segment);
+        let highest_committed = if own.contains(committed.highest_segment) {
+            committed.highest_segment
+        } else {
+            0
+        };
+        let after = numbers.last().copied().unwrap_or(0).max(highest_committed);
+        let next = (after + 1).max(own.start);
         let current = match last {
-            Some(LastSegment::Open(seg)) if seg.number >= committed.highest_segment => seg,
+            Some(LastSegment::Open(seg)) if seg.number >= highest_committed => seg,
             Some(LastSegment::Open(seg) | LastSegment::Sealed(seg)) => {
                 segments.insert(seg.number, seg);
-                create_segment(dir.as_ref(), after + 1, &header)?
+                create_own_segment(dir.as_ref(), next, own, &header)?
             }
-            None => create_segment(dir.as_ref(), (after + 1).max(FIRST_SEGMENT), &header)?,
+            None => create_own_segment(dir.as_ref(), next, own, &header)?,
         };
         segments.insert(current.number, current.clone());
         let durable = Position {
@@ -341,6 +393,7 @@ impl Store {
             header,
             config,
             segments: RwLock::new(segments),
+            foreign: RwLock::new(BTreeMap::new()),
             appender: Mutex::new(Appender {
                 current,
                 dirty: false,
@@ -534,11 +587,11 @@ impl Store {
             len: loc.len,
             reason,
         };
-        let seg = self.segment(loc.segment)?;
-        let end = seg.end.load(Ordering::Acquire);
         if loc.len > MAX_PAYLOAD_LEN {
             return Err(bad("payload length over the maximum"));
         }
+        let seg = self.readable_segment(loc)?;
+        let end = seg.end.load(Ordering::Acquire);
         if loc.offset < SEGMENT_HEADER_LEN || loc.offset.saturating_add(seg.entry_len(loc)) > end {
             return Err(bad("outside the segment's entries"));
         }

@@ -61,11 +61,23 @@ pub(super) fn read_pool_header(dir: &dyn StorageDir) -> Result<PoolHeader> {
 
 /// Creates segment `number`: header written and synced, directory synced. On failure the
 /// partial file is removed.
-pub(super) fn create_segment(
+/// [`create_segment`] for a number that must be in `own`.
+pub(super) fn create_own_segment(
     dir: &dyn StorageDir,
     number: u64,
+    own: SegmentRange,
     pool: &PoolHeader,
 ) -> Result<Arc<Segment>> {
+    if !own.contains(number) {
+        return Err(StoreError::SegmentNumbersUsedUp {
+            start: own.start,
+            end: own.end,
+        });
+    }
+    create_segment(dir, number, pool)
+}
+
+fn create_segment(dir: &dyn StorageDir, number: u64, pool: &PoolHeader) -> Result<Arc<Segment>> {
     let name = segment_file_name(number);
     let storage = match dir.create(&name) {
         Ok(s) => s,

@@ -51,7 +51,10 @@ pub fn payload(i: u64, len: usize) -> Vec<u8> {
 }
 
 pub fn config(segment_size: u64) -> StoreConfig {
-    StoreConfig { segment_size }
+    StoreConfig {
+        segment_size,
+        ..StoreConfig::default()
+    }
 }
 
 pub fn sim_store(segment_size: u64) -> (SimDir, Store) {

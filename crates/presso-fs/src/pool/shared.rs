@@ -1,0 +1,243 @@
+//! Pools shared by several clients: the metadata in a PostgreSQL schema, the segments in an
+//! object store, and each mount a client of its own (docs/scale-out.md).
+//!
+//! A mount registers a new client in the metadata, which gives it a number no client had
+//! before and with it a range of segment numbers of its own ([`SegmentRange::of_client`]): it
+//! appends only there, and reads every client's segments. Its local directory (lock, staging of
+//! bytes not yet uploaded, control socket) is `CACHE/client-N`. While mounted it beats every
+//! [`HEARTBEAT_INTERVAL`]; unmount ends its session.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use presso_meta::postgres::{PostgresOptions, PostgresTarget};
+use presso_meta::MetaStore;
+use presso_objects::segments::ObjectDir;
+use presso_objects::Objects;
+use presso_store::{FsDir, SegmentRange, StoreConfig};
+
+use super::{OpenReport, Pool, PoolOptions};
+use crate::error::{FsError, Result};
+use crate::props;
+
+/// How often a client of a shared pool tells the others it is alive.
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Bytes of other segments' objects a client keeps in memory for reads.
+const OBJECT_CACHE_BYTES: u64 = 64 << 20;
+
+/// One mount's session in a shared pool.
+pub struct SharedClient {
+    id: u64,
+    segments: SegmentRange,
+    local: PathBuf,
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    beating: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for SharedClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedClient")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedClient {
+    /// Registers a new client of the pool whose metadata is `meta`.
+    fn register(meta: &MetaStore, cache: &Path) -> Result<Self> {
+        let id = meta.register_client(&host_name(), std::process::id(), unix_now())?;
+        let segments = SegmentRange::of_client(id).ok_or_else(|| {
+            FsError::Refused(format!(
+                "the pool has had {id} clients, more than its segment numbering allows"
+            ))
+        })?;
+        Ok(SharedClient {
+            id,
+            segments,
+            local: cache.join(format!("client-{id}")),
+            stop: Arc::default(),
+            beating: Mutex::new(None),
+        })
+    }
+
+    /// The client's number.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The segment numbers this client appends to.
+    pub fn segments(&self) -> SegmentRange {
+        self.segments
+    }
+
+    /// The client's local directory: its lock, staging files and control socket.
+    pub fn local_dir(&self) -> &Path {
+        &self.local
+    }
+
+    /// Starts beating for `pool` (which owns this session) every [`HEARTBEAT_INTERVAL`].
+    pub(super) fn start_heartbeat(&self, pool: &Arc<Pool>) -> Result<()> {
+        let weak = Arc::downgrade(pool);
+        let (id, stop) = (self.id, self.stop.clone());
+        let handle = std::thread::Builder::new()
+            .name("presso-heartbeat".into())
+            .spawn(move || {
+                let (lock, wake) = &*stop;
+                let mut stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
+                while !*stopped {
+                    stopped = wake
+                        .wait_timeout(stopped, HEARTBEAT_INTERVAL)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                    let Some(pool) = weak.upgrade() else { break };
+                    if *stopped {
+                        break;
+                    }
+                    match pool.meta.heartbeat(id, unix_now()) {
+                        Ok(true) => {}
+                        Ok(false) => crate::log!(
+                            "presso: client {id}'s session was ended by another client; \
+                             unmount and mount again"
+                        ),
+                        Err(e) => crate::log!("presso: client {id}: heartbeat failed: {e}"),
+                    }
+                }
+            })
+            .map_err(|e| FsError::io("cannot start the heartbeat thread", e))?;
+        *self.beating.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
+        Ok(())
+    }
+
+    /// Stops beating (the session stays, as a killed client's would).
+    pub(super) fn stop_heartbeat(&self) {
+        let (lock, wake) = &*self.stop;
+        *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        wake.notify_all();
+        let handle = self
+            .beating
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
+    }
+
+    /// Stops beating and ends the session: the client is gone.
+    pub(super) fn end(&self, meta: &MetaStore) {
+        self.stop_heartbeat();
+        if let Err(e) = meta.end_client(self.id) {
+            crate::log!("presso: cannot end client {}'s session: {e}", self.id);
+        }
+    }
+}
+
+fn unix_now() -> i64 {
+    presso_meta::Timespec::now().secs
+}
+
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname writes at most that much.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    match ok {
+        true => String::from_utf8_lossy(&buf[..len]).replace(['\n', '\0'], "?"),
+        false => "unknown".into(),
+    }
+}
+
+/// What a client brings of its own to a shared pool.
+#[derive(Debug, Clone)]
+pub struct ClientPlace {
+    /// The local directory each client of this machine keeps its own directory under.
+    pub cache: PathBuf,
+    /// The object store's access key id and secret; `None` takes them from
+    /// `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`.
+    pub credentials: Option<(String, String)>,
+}
+
+fn objects_at(location: &str, place: &ClientPlace) -> Result<Arc<Objects>> {
+    let (url, mut opts) = presso_objects::locate(location)?;
+    opts.credentials = place.credentials.clone();
+    Ok(Arc::new(Objects::connect(&url, &opts)?))
+}
+
+impl Pool {
+    /// Creates a shared pool: its metadata in a new schema of the PostgreSQL database at
+    /// `meta_url` (`postgres://…?schema=NAME`), its segments under `data` in an object store
+    /// (`s3://BUCKET/PREFIX?endpoint=…`, which must hold no pool yet), with properties as for
+    /// [`Pool::create`]. The creator is the pool's first client.
+    pub fn create_shared(
+        meta_url: &str,
+        data: &str,
+        place: &ClientPlace,
+        properties: &[(String, String)],
+    ) -> Result<()> {
+        let properties = properties
+            .iter()
+            .map(|(name, value)| Ok((name.clone(), props::normalize(name, value)?)))
+            .collect::<std::result::Result<Vec<_>, String>>()
+            .map_err(FsError::Property)?;
+        let target = PostgresTarget::from_url(meta_url)?;
+        let objects = objects_at(data, place)?;
+        if let Some((name, _)) = objects.list()?.first() {
+            return Err(FsError::Refused(format!(
+                "{} already holds objects ({name}, ...): a new pool needs a prefix of its own",
+                objects.url()
+            )));
+        }
+        let meta = MetaStore::create_postgres(&target, &PostgresOptions::default())?;
+        let client = SharedClient::register(&meta, &place.cache)?;
+        let local = FsDir::create_all(client.local_dir()).map_err(|e| {
+            FsError::io(format!("cannot create {}", client.local_dir().display()), e)
+        })?;
+        let dir = ObjectDir::new(local, objects, 0).owning(client.segments());
+        let config = StoreConfig {
+            own_segments: client.segments(),
+            ..StoreConfig::default()
+        };
+        Pool::create_on(Arc::new(dir), &meta, &properties, config)?;
+        meta.set_data_location(data)?;
+        meta.end_client(client.id())?;
+        // Nothing of the creator's stays local: its first segment, empty, is in the store.
+        let _ = std::fs::remove_dir_all(client.local_dir());
+        meta.close()?;
+        Ok(())
+    }
+
+    /// Mounts a shared pool as a new client: its metadata at `meta_url`, its segments where the
+    /// metadata says.
+    pub fn open_shared(
+        meta_url: &str,
+        place: &ClientPlace,
+        options: PoolOptions,
+    ) -> Result<(Arc<Pool>, OpenReport)> {
+        let target = PostgresTarget::from_url(meta_url)?;
+        let meta = MetaStore::open_postgres(&target, &PostgresOptions::default())?;
+        let data = meta.data_location()?.ok_or_else(|| {
+            FsError::MetadataUnusable(format!(
+                "schema {} holds a pool's metadata but no data location: it was not made by \
+                 `presso create --meta … --data …`",
+                target.schema
+            ))
+        })?;
+        let objects = objects_at(&data, place)?;
+        let client = SharedClient::register(&meta, &place.cache)?;
+        let dir = FsDir::create_all(client.local_dir())
+            .map_err(|e| FsError::io(format!("cannot create {}", client.local_dir().display()), e))
+            .map(|local| {
+                ObjectDir::new(local, objects, OBJECT_CACHE_BYTES).owning(client.segments())
+            });
+        match dir {
+            Ok(dir) => Pool::open_as(Arc::new(dir), meta, options, Some(client)),
+            Err(e) => {
+                client.end(&meta);
+                Err(e)
+            }
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! The clients of a shared pool: each mount registers as a new client with a number of its own
+//! (which gives it its own segment numbers) and keeps a session alive with heartbeats, so the
+//! others can tell a client that stopped from one that is still there.
+//!
+//! Sessions are rows of the property table under [`CLIENTS_INO`], a number no inode gets, one
+//! per client, named by the client's number in decimal; client numbers come from a counter and
+//! are never reused.
+
+use crate::engine::Txn;
+use crate::error::{MetaError, Result};
+use crate::MetaStore;
+
+/// Pseudo inode under whose properties the sessions of a shared pool's clients are kept
+/// (inode numbers count up from the root and never get here).
+pub const CLIENTS_INO: u64 = u64::MAX;
+
+/// Counter holding the last client number handed out.
+const COUNTER_LAST_CLIENT: &str = "last_client";
+
+/// One client's session, as its last heartbeat left it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientSession {
+    /// The client's number (1, 2, ...).
+    pub id: u64,
+    /// When the client registered, in seconds since the Unix epoch.
+    pub started: i64,
+    /// When it last said it was alive, in seconds since the Unix epoch.
+    pub heartbeat: i64,
+    /// Process id of its daemon.
+    pub pid: u32,
+    /// Host name of the machine it runs on.
+    pub host: String,
+}
+
+impl ClientSession {
+    fn encode(&self) -> String {
+        format!(
+            "{} {} {} {}",
+            self.started, self.heartbeat, self.pid, self.host
+        )
+    }
+
+    fn decode(id: u64, value: &str) -> Result<Self> {
+        let bad = || MetaError::Corrupt(format!("client session {id}: {value:?}"));
+        let mut fields = value.splitn(4, ' ');
+        let mut next = || fields.next().ok_or_else(bad);
+        Ok(ClientSession {
+            id,
+            started: next()?.parse().map_err(|_| bad())?,
+            heartbeat: next()?.parse().map_err(|_| bad())?,
+            pid: next()?.parse().map_err(|_| bad())?,
+            host: next()?.to_string(),
+        })
+    }
+}
+
+fn session(tx: &mut dyn Txn, id: u64) -> Result<Option<ClientSession>> {
+    tx.get_prop(CLIENTS_INO, &id.to_string())?
+        .map(|v| ClientSession::decode(id, &v))
+        .transpose()
+}
+
+impl MetaStore {
+    /// Registers a new client of the pool, at time `now` (seconds since the epoch), and returns
+    /// its number: one higher than any handed out before, never reused.
+    pub fn register_client(&self, host: &str, pid: u32, now: i64) -> Result<u64> {
+        if host.contains(['\n', '\0']) {
+            return Err(MetaError::invalid("a host name without line breaks"));
+        }
+        self.write(|tx| {
+            let id = tx.get_counter(COUNTER_LAST_CLIENT)? + 1;
+            tx.set_counter(COUNTER_LAST_CLIENT, id)?;
+            let s = ClientSession {
+                id,
+                started: now,
+                heartbeat: now,
+                pid,
+                host: host.to_string(),
+            };
+            tx.set_prop(CLIENTS_INO, &id.to_string(), &s.encode())?;
+            Ok(id)
+        })
+    }
+
+    /// Records that client `id` is alive at `now`. `Ok(false)` if its session is gone (it ended,
+    /// or another client ended it as stopped): the client must not go on writing.
+    pub fn heartbeat(&self, id: u64, now: i64) -> Result<bool> {
+        self.write(|tx| {
+            let Some(mut s) = session(tx, id)? else {
+                return Ok(false);
+            };
+            s.heartbeat = s.heartbeat.max(now);
+            tx.set_prop(CLIENTS_INO, &id.to_string(), &s.encode())?;
+            Ok(true)
+        })
+    }
+
+    /// Ends client `id`'s session (at unmount, or by another client when it stopped beating);
+    /// returns whether it existed.
+    pub fn end_client(&self, id: u64) -> Result<bool> {
+        self.write(|tx| tx.delete_prop(CLIENTS_INO, &id.to_string()))
+    }
+
+    /// The sessions of all registered clients, by number.
+    pub fn clients(&self) -> Result<Vec<ClientSession>> {
+        self.read(|tx| {
+            let mut all = tx
+                .list_props(CLIENTS_INO)?
+                .into_iter()
+                .map(|(name, value)| {
+                    let id = name.parse().map_err(|_| {
+                        MetaError::Corrupt(format!("client session named {name:?}"))
+                    })?;
+                    ClientSession::decode(id, &value)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            all.sort_by_key(|s| s.id);
+            Ok(all)
+        })
+    }
+}
