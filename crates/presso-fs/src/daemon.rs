@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::control;
 use crate::error::{FsError, Result};
 use crate::fuse::{mount_config, PressoFs, DEFAULT_CACHE_TIMEOUT, DEFAULT_CHANNELS};
-use crate::pool::{Pool, PoolOptions};
+use crate::pool::{ClientPlace, Pool, PoolOptions};
 use crate::vfs::{Vfs, VfsConfig};
 
 /// How to mount.
@@ -33,6 +33,25 @@ pub struct MountConfig {
     pub channels: Option<usize>,
 }
 
+/// The pool to serve.
+#[derive(Debug, Clone)]
+pub enum PoolSource {
+    /// A pool in a local directory, served by this daemon alone.
+    Dir(PathBuf),
+    /// A pool shared by several clients, its metadata at this `postgres://` URL; this mount
+    /// becomes a new client of it.
+    Shared {
+        /// The metadata's URL.
+        meta_url: String,
+        /// This machine's place for the client's own files, and the object store's credentials.
+        place: ClientPlace,
+    },
+}
+
+/// How long the kernel may cache names and attributes of a shared pool by default: what another
+/// client changes shows within this time (an open always sees a file's committed size).
+pub const SHARED_CACHE_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Refuses a mount that would hide the pool itself or files already in the mount point.
 fn check_mountpoint(pool: &Path, mountpoint: &Path, nonempty: bool) -> Result<()> {
     if pool.starts_with(mountpoint) {
@@ -55,7 +74,7 @@ fn check_mountpoint(pool: &Path, mountpoint: &Path, nonempty: bool) -> Result<()
     Ok(())
 }
 
-/// Mounts the pool at `pool` on `mountpoint` and serves it until it is unmounted or the process
+/// Mounts the pool `source` on `mountpoint` and serves it until it is unmounted or the process
 /// gets SIGTERM, SIGINT or SIGHUP (which unmount it). `ready` is called once the mount is live
 /// (or with the reason it could not be made). Everything written is durable when this returns
 /// `Ok`.
@@ -63,15 +82,13 @@ fn check_mountpoint(pool: &Path, mountpoint: &Path, nonempty: bool) -> Result<()
 /// Call from a process with no other threads yet: termination signals are blocked here so
 /// that one thread can wait for them.
 pub fn serve(
-    pool: &Path,
+    source: &PoolSource,
     mountpoint: &Path,
     config: MountConfig,
     ready: impl FnOnce(std::result::Result<(), String>),
 ) -> Result<()> {
     let signals = block_signals();
     let setup = || -> Result<_> {
-        let pool_path = std::fs::canonicalize(pool)
-            .map_err(|e| FsError::io(format!("pool {}", pool.display()), e))?;
         let mountpoint = std::fs::canonicalize(mountpoint)
             .map_err(|e| FsError::io(format!("mount point {}", mountpoint.display()), e))?;
         match std::fs::metadata(&mountpoint) {
@@ -91,8 +108,26 @@ pub fn serve(
                 )));
             }
         }
-        check_mountpoint(&pool_path, &mountpoint, config.nonempty)?;
-        let (pool, report) = Pool::open(&pool_path, config.pool.clone())?;
+        let (pool, report, pool_path) = match source {
+            PoolSource::Dir(dir) => {
+                let pool_path = std::fs::canonicalize(dir)
+                    .map_err(|e| FsError::io(format!("pool {}", dir.display()), e))?;
+                check_mountpoint(&pool_path, &mountpoint, config.nonempty)?;
+                let (pool, report) = Pool::open(&pool_path, config.pool.clone())?;
+                (pool, report, pool_path)
+            }
+            PoolSource::Shared { meta_url, place } => {
+                check_mountpoint(&place.cache, &mountpoint, config.nonempty)?;
+                let (pool, report) = Pool::open_shared(meta_url, place, config.pool.clone())?;
+                // The client's directory stands for the pool on this machine: the mount's name,
+                // where the control socket is.
+                let local = pool
+                    .client()
+                    .map(|c| c.local_dir().to_path_buf())
+                    .unwrap_or_default();
+                (pool, report, local)
+            }
+        };
         if report.orphan_records_purged > 0 || report.torn_bytes > 0 {
             crate::log!(
                 "presso: recovered {}: {} records of files unlinked while open removed, {} bytes of a torn segment tail discarded",
@@ -133,13 +168,17 @@ pub fn serve(
             config.no_exec,
             config.channels.unwrap_or(DEFAULT_CHANNELS),
         );
-        let ttl = config.cache_timeout.unwrap_or(DEFAULT_CACHE_TIMEOUT);
-        let session = fuser::Session::new(
-            PressoFs::new(vfs.clone(), threads, ttl),
-            &mountpoint,
-            &options,
-        )
-        .map_err(|e| FsError::io(format!("cannot mount on {}", mountpoint.display()), e))?;
+        let shared = matches!(source, PoolSource::Shared { .. });
+        let ttl = config.cache_timeout.unwrap_or(if shared {
+            SHARED_CACHE_TIMEOUT
+        } else {
+            DEFAULT_CACHE_TIMEOUT
+        });
+        let fs = PressoFs::new(vfs.clone(), threads, ttl);
+        let notifier = fs.notifier_slot();
+        let session = fuser::Session::new(fs, &mountpoint, &options)
+            .map_err(|e| FsError::io(format!("cannot mount on {}", mountpoint.display()), e))?;
+        let _ = notifier.set(session.notifier());
         let socket = control::serve(vfs.clone(), &pool_path, mountpoint.clone())?;
         Ok((vfs, session, socket, mountpoint))
     };

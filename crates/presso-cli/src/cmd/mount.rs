@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use presso_fs::daemon::{self, MountConfig};
+use presso_fs::daemon::{self, MountConfig, PoolSource};
+use presso_fs::pool::ClientPlace;
 
 /// Mount a pool.
 #[derive(Debug, Args)]
@@ -17,6 +18,7 @@ use presso_fs::daemon::{self, MountConfig};
   presso mount /srv/pool /mnt/data -o sync_interval=30   # durable within 30 s instead of 5 s
   presso mount /srv/pool /mnt/data -o dirty_limit=64M,cache_size=16M   # a smaller daemon
   presso mount -f /srv/pool /mnt/data      # stay in the foreground (logs to stderr)
+  presso mount 'postgres://presso@db/pools?schema=lab' /mnt/lab   # a client of a shared pool
   mount -t fuse.presso /srv/pool /mnt/data # with the mount helper installed:
                                            #   ln -s $(command -v presso) /sbin/mount.fuse.presso
   fstab: /srv/pool /mnt/data fuse.presso defaults,allow_other 0 0
@@ -30,8 +32,15 @@ a request per stat), dirty_limit=SIZE (most bytes of written records waiting for
 before writers wait; default 256M) and cache_size=SIZE (decompressed records kept for reads;
 default 64M): with the engine's queue, these bound the daemon's memory whatever the data size;
 channels=N (threads reading requests from the kernel, each on its own clone of the FUSE device;
-default 2).
+default 2); for a shared pool also cache_dir=DIR (where this machine's clients keep their own
+files; default /var/cache/presso for root, else ~/.cache/presso).
 The mount is private to its owner otherwise.
+
+Shared pools (made with `presso create --meta … --data …`): every mount is a new client, on
+this machine or another. The object store's credentials come from AWS_ACCESS_KEY_ID and
+AWS_SECRET_ACCESS_KEY. A file written and closed on one client reads whole on the next open
+anywhere; names and attributes others change show within cache_timeout (default 1 s there).
+See docs/scale-out.md for the consistency model.
 
 Durability: fsync, fdatasync, O_SYNC and O_DSYNC writes, fsync on a directory and unmount
 (`presso unmount`, or SIGTERM to the daemon) make what they cover durable before they return.
@@ -39,7 +48,7 @@ Everything else the daemon has received is durable at most sync_interval seconds
 3600, decimals allowed). `sync` hands the kernel's cached writes to the daemon but is not a
 durability point by itself: the kernel sends FUSE file systems no sync request.")]
 pub struct MountArgs {
-    /// The pool directory.
+    /// The pool directory, or the `postgres://` URL of a shared pool's metadata.
     pub pool: PathBuf,
     /// Where to mount it (an existing, empty directory).
     pub mountpoint: PathBuf,
@@ -72,8 +81,15 @@ const IGNORED: &[&str] = &[
     "default_permissions",
 ];
 
+#[cfg(test)]
 fn parse_options(options: &[String]) -> Result<MountConfig> {
+    Ok(parse_all_options(options)?.0)
+}
+
+/// Mount options, and the `cache_dir=` of a shared pool's client if given.
+fn parse_all_options(options: &[String]) -> Result<(MountConfig, Option<PathBuf>)> {
     let mut config = MountConfig::default();
+    let mut cache_dir = None;
     for part in options.iter().flat_map(|o| o.split(',')).map(str::trim) {
         match part {
             "" => {}
@@ -105,15 +121,22 @@ fn parse_options(options: &[String]) -> Result<MountConfig> {
             p if p.starts_with("channels=") => {
                 config.channels = Some(channels(p)?);
             }
+            p if p.starts_with("cache_dir=") => {
+                let dir = &p["cache_dir=".len()..];
+                if !dir.starts_with('/') {
+                    bail!("cache_dir={dir}: give an absolute path");
+                }
+                cache_dir = Some(PathBuf::from(dir));
+            }
             p if IGNORED.contains(&p) || p.starts_with("x-") => {}
             p => bail!(
                 "unknown mount option '{p}'; valid: allow_other, ro, rw, noexec, exec, nonempty, \
                  sync_interval=SECONDS, cache_timeout=SECONDS, dirty_limit=SIZE, cache_size=SIZE, \
-                 channels=N"
+                 channels=N, cache_dir=DIR"
             ),
         }
     }
-    Ok(config)
+    Ok((config, cache_dir))
 }
 
 /// The longest `sync_interval` accepted: an hour of data at risk is already more than anyone
@@ -168,18 +191,55 @@ fn channels(option: &str) -> Result<usize> {
 /// The longest `cache_timeout` accepted: a day.
 const MAX_CACHE_TIMEOUT_SECS: f64 = 86400.0;
 
-/// Runs `presso mount`.
-pub fn run(args: MountArgs) -> Result<()> {
-    let config = parse_options(&args.options)?;
-    if !args.pool.join("presso.pool").is_file() {
+/// Whether `pool` names a shared pool's metadata rather than a directory.
+pub fn is_shared_url(pool: &Path) -> bool {
+    pool.to_str()
+        .is_some_and(|s| s.starts_with("postgres://") || s.starts_with("postgresql://"))
+}
+
+/// The pool to serve and where its messages go.
+fn source(pool: &Path, cache_dir: Option<PathBuf>) -> Result<PoolSource> {
+    if is_shared_url(pool) {
+        let mut place = ClientPlace::default_for_user();
+        if let Some(dir) = cache_dir {
+            place.cache = dir;
+        }
+        return Ok(PoolSource::Shared {
+            meta_url: pool.to_string_lossy().into_owned(),
+            place,
+        });
+    }
+    if cache_dir.is_some() {
+        bail!("cache_dir= is for shared pools (postgres:// URLs); a pool directory keeps everything in itself");
+    }
+    if !pool.join("presso.pool").is_file() {
         bail!(
             "{} is not a Presso pool (create one with `presso create {}`)",
-            args.pool.display(),
-            args.pool.display()
+            pool.display(),
+            pool.display()
         );
     }
+    Ok(PoolSource::Dir(pool.to_path_buf()))
+}
+
+/// The pool as messages name it (a shared pool's URL without its password) and the directory
+/// of its daemon's log.
+fn describe(source: &PoolSource) -> (String, PathBuf) {
+    match source {
+        PoolSource::Dir(dir) => (dir.display().to_string(), dir.clone()),
+        PoolSource::Shared { meta_url, place } => (
+            presso_fs::pool::without_password(meta_url),
+            place.cache.clone(),
+        ),
+    }
+}
+
+/// Runs `presso mount`.
+pub fn run(args: MountArgs) -> Result<()> {
+    let (config, cache_dir) = parse_all_options(&args.options)?;
+    let source = source(&args.pool, cache_dir)?;
     if args.foreground {
-        daemon::serve(&args.pool, &args.mountpoint, config, |r| {
+        daemon::serve(&source, &args.mountpoint, config, |r| {
             if let Err(e) = r {
                 presso_fs::log!("presso: cannot mount: {e}");
             }
@@ -187,7 +247,7 @@ pub fn run(args: MountArgs) -> Result<()> {
         .context("the mount failed")?;
         return Ok(());
     }
-    background(&args.pool, &args.mountpoint, config)
+    background(&source, &args.mountpoint, config)
 }
 
 /// The mount helper's command line: `POOL MOUNTPOINT [-o OPTIONS] [-n] [-s] [-f] [-v]`.
@@ -216,7 +276,8 @@ pub fn run_helper(argv: &[String]) -> Result<()> {
 
 /// Forks; the child becomes the daemon and tells the parent through a pipe whether the mount
 /// came up, so errors still reach the user's terminal.
-fn background(pool: &Path, mountpoint: &Path, config: MountConfig) -> Result<()> {
+fn background(source: &PoolSource, mountpoint: &Path, config: MountConfig) -> Result<()> {
+    let (pool, log_dir) = describe(source);
     let mut fds = [0; 2];
     // SAFETY: `fds` has room for the two descriptors pipe() writes.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -230,7 +291,7 @@ fn background(pool: &Path, mountpoint: &Path, config: MountConfig) -> Result<()>
         -1 => bail!("cannot fork: {}", std::io::Error::last_os_error()),
         0 => {
             drop(read_end);
-            let code = child(pool, mountpoint, config, write_end);
+            let code = child(source, &log_dir, mountpoint, config, write_end);
             std::process::exit(code);
         }
         _ => {
@@ -241,13 +302,13 @@ fn background(pool: &Path, mountpoint: &Path, config: MountConfig) -> Result<()>
                 .context("cannot hear from the daemon")?;
             match answer.strip_prefix("ok") {
                 Some(_) => {
-                    println!("mounted {} on {}", pool.display(), mountpoint.display());
+                    println!("mounted {pool} on {}", mountpoint.display());
                     Ok(())
                 }
                 None if answer.is_empty() => {
                     bail!(
                         "the daemon exited before mounting; see {}/presso.log",
-                        pool.display()
+                        log_dir.display()
                     )
                 }
                 None => bail!("{}", answer.trim_start_matches("error: ").trim()),
@@ -256,13 +317,20 @@ fn background(pool: &Path, mountpoint: &Path, config: MountConfig) -> Result<()>
     }
 }
 
-fn child(pool: &Path, mountpoint: &Path, config: MountConfig, report: OwnedFd) -> i32 {
+fn child(
+    source: &PoolSource,
+    log_dir: &Path,
+    mountpoint: &Path,
+    config: MountConfig,
+    report: OwnedFd,
+) -> i32 {
     // SAFETY: setsid takes no pointers; it detaches from the terminal's session.
     unsafe { libc::setsid() };
+    let _ = std::fs::create_dir_all(log_dir);
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(pool.join("presso.log"));
+        .open(log_dir.join("presso.log"));
     let devnull = std::fs::File::open("/dev/null");
     use std::os::fd::AsRawFd;
     // SAFETY: dup2 onto the standard descriptors of this process, from descriptors owned here.
@@ -276,7 +344,7 @@ fn child(pool: &Path, mountpoint: &Path, config: MountConfig, report: OwnedFd) -
         }
     }
     let mut report = Some(std::fs::File::from(report));
-    let result = daemon::serve(pool, mountpoint, config, |r| {
+    let result = daemon::serve(source, mountpoint, config, |r| {
         if let Some(mut f) = report.take() {
             let _ = match r {
                 Ok(()) => f.write_all(b"ok"),

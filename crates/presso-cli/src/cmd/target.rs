@@ -83,7 +83,7 @@ fn unescape(s: &str) -> String {
 
 /// Whether `dir` holds a pool.
 pub fn is_pool(dir: &Path) -> bool {
-    dir.join(POOL_HEADER).is_file()
+    dir.join(POOL_HEADER).is_file() || dir.join(presso_fs::pool::CLIENT_FILE).is_file()
 }
 
 /// Resolves `path`: a pool directory (mounted or not), a mount point, or a path in a mount.

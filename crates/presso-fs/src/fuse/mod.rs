@@ -12,13 +12,13 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use crossbeam_channel::{unbounded, Sender};
 use fuser::{
     BsdFileFlags, Config, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr,
+    InitFlags, KernelConfig, LockOwner, MountOption, Notifier, OpenFlags, RenameFlags, ReplyAttr,
     ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
     ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
 };
@@ -52,6 +52,8 @@ pub struct PressoFs {
     tasks: Sender<Task>,
     /// How long the kernel may cache names and attributes.
     ttl: Duration,
+    /// Set once the session exists, for a shared pool: see [`PressoFs::notifier_slot`].
+    notifier: Arc<OnceLock<Notifier>>,
 }
 
 impl PressoFs {
@@ -75,6 +77,26 @@ impl PressoFs {
             vfs,
             tasks: tx,
             ttl,
+            notifier: Arc::default(),
+        }
+    }
+
+    /// Where the daemon puts the session's notifier once the session exists. In a shared pool
+    /// an open then first drops the attributes the kernel cached for the file, since another
+    /// client may have changed it: the size read next is the committed one (close-to-open).
+    pub fn notifier_slot(&self) -> Arc<OnceLock<Notifier>> {
+        self.notifier.clone()
+    }
+
+    /// Drops what the kernel cached of `ino`'s attributes if the pool is shared.
+    fn forget_cached_attributes(&self, ino: INodeNo) {
+        if self.vfs.pool().client().is_none() {
+            return;
+        }
+        if let Some(notifier) = self.notifier.get() {
+            // Offset -1: attributes only; the open itself drops the cached pages. ENOENT (the
+            // kernel no longer has the inode) needs nothing more.
+            let _ = notifier.inval_inode(ino, -1, 0);
         }
     }
 
@@ -120,14 +142,19 @@ pub fn mount_config(
     config
 }
 
-/// What the daemon asks of the kernel at INIT: large writes and read-ahead, the writeback cache,
-/// parallel directory operations, listings with attributes, and suid/sgid handling in the daemon.
-pub fn configure_kernel(config: &mut KernelConfig) {
+/// What the daemon asks of the kernel at INIT: large writes and read-ahead, the writeback cache
+/// (unless `shared`), parallel directory operations, listings with attributes, and suid/sgid
+/// handling in the daemon.
+pub fn configure_kernel(config: &mut KernelConfig, shared: bool) {
     let _ = config.set_max_write(1 << 20);
     let _ = config.set_max_readahead(1 << 20);
     // The kernel caches writes and sends them in large batches; reads of cached pages never
-    // reach the daemon.
-    let _ = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE);
+    // reach the daemon. Not for a pool shared with other clients: with the writeback cache the
+    // kernel trusts its own idea of a file's size over the daemon's, so it would never see a
+    // file grow on another client.
+    if !shared {
+        let _ = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE);
+    }
     let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
     // Listings carry each entry's attributes when the kernel expects them to be used (the
     // first page of a directory, and after a lookup or stat of an entry since): `ls -l`,
@@ -144,7 +171,7 @@ pub fn configure_kernel(config: &mut KernelConfig) {
 
 impl Filesystem for PressoFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        configure_kernel(config);
+        configure_kernel(config, self.vfs.pool().client().is_some());
         Ok(())
     }
 
@@ -320,6 +347,7 @@ impl Filesystem for PressoFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.forget_cached_attributes(ino);
         match self.vfs.open(ino.0) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(errno(&e)),

@@ -44,7 +44,7 @@ mod unsynced;
 pub use metacopy::COPY_FILE;
 pub use opening::OpenReport;
 use opening::{missing_segments, refresh_live};
-pub use shared::{ClientPlace, SharedClient, HEARTBEAT_INTERVAL};
+pub use shared::{without_password, ClientPlace, SharedClient, CLIENT_FILE, HEARTBEAT_INTERVAL};
 
 pub use txg::{Committed, Group, OpTag, TxgHold, Txgs};
 pub use unsynced::Unsynced;
@@ -489,7 +489,12 @@ impl Pool {
         }
         // The database file alone is then complete: a copy without its log loses nothing.
         let result = result.and_then(|()| Ok(self.meta.close()?));
-        result.and(self.store.close().map_err(FsError::from))
+        let result = result.and(self.store.close().map_err(FsError::from));
+        if let Some(c) = &self.client {
+            // Everything it held is in the object store now, or was never committed.
+            c.remove_local_dir();
+        }
+        result
     }
 
     /// Stops the commit thread at once, committing nothing more, and releases the pool lock:

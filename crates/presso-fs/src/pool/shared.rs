@@ -4,7 +4,7 @@
 //! A mount registers a new client in the metadata, which gives it a number no client had
 //! before and with it a range of segment numbers of its own ([`SegmentRange::of_client`]): it
 //! appends only there, and reads every client's segments. Its local directory (lock, staging of
-//! bytes not yet uploaded, control socket) is `CACHE/client-N`. While mounted it beats every
+//! bytes not yet uploaded, control socket) is `CACHE/POOL-ID/client-N`. While mounted it beats every
 //! [`HEARTBEAT_INTERVAL`]; unmount ends its session.
 
 use std::path::{Path, PathBuf};
@@ -24,6 +24,10 @@ use crate::props;
 
 /// How often a client of a shared pool tells the others it is alive.
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The file in a client's local directory that names the pool it belongs to, and marks the
+/// directory as a Presso client's (the CLI finds a mount's daemon through it).
+pub const CLIENT_FILE: &str = "presso.client";
 
 /// Bytes of other segments' objects a client keeps in memory for reads.
 const OBJECT_CACHE_BYTES: u64 = 64 << 20;
@@ -46,8 +50,8 @@ impl std::fmt::Debug for SharedClient {
 }
 
 impl SharedClient {
-    /// Registers a new client of the pool whose metadata is `meta`.
-    fn register(meta: &MetaStore, cache: &Path) -> Result<Self> {
+    /// Registers a new client of the pool whose metadata is `meta`, its local directory `local`.
+    fn register(meta: &MetaStore, local: impl FnOnce(u64) -> PathBuf) -> Result<Self> {
         let id = meta.register_client(&host_name(), std::process::id(), unix_now())?;
         let segments = SegmentRange::of_client(id).ok_or_else(|| {
             FsError::Refused(format!(
@@ -57,7 +61,7 @@ impl SharedClient {
         Ok(SharedClient {
             id,
             segments,
-            local: cache.join(format!("client-{id}")),
+            local: local(id),
             stop: Arc::default(),
             beating: Mutex::new(None),
         })
@@ -126,12 +130,43 @@ impl SharedClient {
         }
     }
 
+    /// Removes the client's local directory after a clean unmount.
+    pub(super) fn remove_local_dir(&self) {
+        let _ = std::fs::remove_dir_all(&self.local);
+    }
+
+    /// Writes [`CLIENT_FILE`] into the client's local directory.
+    fn mark_local_dir(&self, meta_url: &str) -> Result<()> {
+        let text = format!(
+            "client {} of the shared pool at {}\n",
+            self.id,
+            without_password(meta_url)
+        );
+        std::fs::write(self.local.join(CLIENT_FILE), text)
+            .map_err(|e| FsError::io(format!("cannot write {}", self.local.display()), e))
+    }
+
     /// Stops beating and ends the session: the client is gone.
     pub(super) fn end(&self, meta: &MetaStore) {
         self.stop_heartbeat();
         if let Err(e) = meta.end_client(self.id) {
             crate::log!("presso: cannot end client {}'s session: {e}", self.id);
         }
+    }
+}
+
+/// `url` with the password of its user part, if any, left out.
+pub fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (authority, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((user, host)) => {
+            let user = user.split(':').next().unwrap_or("");
+            format!("{scheme}://{user}@{host}{tail}")
+        }
+        None => url.to_string(),
     }
 }
 
@@ -158,6 +193,26 @@ pub struct ClientPlace {
     /// The object store's access key id and secret; `None` takes them from
     /// `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`.
     pub credentials: Option<(String, String)>,
+}
+
+impl ClientPlace {
+    /// The place for a client of this machine that names no directory of its own:
+    /// `/var/cache/presso` for root, else `$XDG_CACHE_HOME/presso` (`~/.cache/presso`), with the
+    /// object store's credentials from the environment.
+    pub fn default_for_user() -> ClientPlace {
+        // SAFETY: geteuid takes no arguments and cannot fail.
+        let root = unsafe { libc::geteuid() } == 0;
+        let cache = match (std::env::var_os("XDG_CACHE_HOME"), std::env::var_os("HOME")) {
+            _ if root => PathBuf::from("/var/cache/presso"),
+            (Some(xdg), _) if !xdg.is_empty() => PathBuf::from(xdg).join("presso"),
+            (_, Some(home)) => PathBuf::from(home).join(".cache/presso"),
+            _ => std::env::temp_dir().join("presso-cache"),
+        };
+        ClientPlace {
+            cache,
+            credentials: None,
+        }
+    }
 }
 
 fn objects_at(location: &str, place: &ClientPlace) -> Result<Arc<Objects>> {
@@ -191,7 +246,9 @@ impl Pool {
             )));
         }
         let meta = MetaStore::create_postgres(&target, &PostgresOptions::default())?;
-        let client = SharedClient::register(&meta, &place.cache)?;
+        // The pool has no id yet: the creator's directory is named by the process.
+        let creating = place.cache.join(format!("creating-{}", std::process::id()));
+        let client = SharedClient::register(&meta, |_| creating)?;
         let local = FsDir::create_all(client.local_dir()).map_err(|e| {
             FsError::io(format!("cannot create {}", client.local_dir().display()), e)
         })?;
@@ -226,18 +283,41 @@ impl Pool {
             ))
         })?;
         let objects = objects_at(&data, place)?;
-        let client = SharedClient::register(&meta, &place.cache)?;
+        // Clients of several pools may share a cache directory: each pool has its own below.
+        let pool_id = meta.pool_id()?.unwrap_or_else(|| target.schema.clone());
+        let client = SharedClient::register(&meta, |id| {
+            place.cache.join(&pool_id).join(format!("client-{id}"))
+        })?;
         let dir = FsDir::create_all(client.local_dir())
             .map_err(|e| FsError::io(format!("cannot create {}", client.local_dir().display()), e))
             .map(|local| {
                 ObjectDir::new(local, objects, OBJECT_CACHE_BYTES).owning(client.segments())
             });
-        match dir {
+        match dir.and_then(|dir| client.mark_local_dir(meta_url).map(|()| dir)) {
             Ok(dir) => Pool::open_as(Arc::new(dir), meta, options, Some(client)),
             Err(e) => {
                 client.end(&meta);
+                client.remove_local_dir();
                 Err(e)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_password;
+
+    #[test]
+    fn passwords_stay_out_of_the_client_file() {
+        assert_eq!(
+            without_password("postgres://u:secret@db.example:5432/p?schema=s"),
+            "postgres://u@db.example:5432/p?schema=s"
+        );
+        assert_eq!(
+            without_password("postgres://u@%2Frun%2Fpg:5432/p"),
+            "postgres://u@%2Frun%2Fpg:5432/p"
+        );
+        assert_eq!(without_password("postgres://h/p"), "postgres://h/p");
     }
 }

