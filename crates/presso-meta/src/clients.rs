@@ -6,13 +6,19 @@
 //! per client, named by the client's number in decimal; client numbers come from a counter and
 //! are never reused.
 
-use crate::engine::Txn;
+use std::sync::atomic::Ordering;
+
+use crate::engine::{FileKind, RecordRef, Txn};
 use crate::error::{MetaError, Result};
+use crate::namespace::purge;
 use crate::MetaStore;
 
 /// Pseudo inode under whose properties the sessions of a shared pool's clients are kept
 /// (inode numbers count up from the root and never get here).
 pub const CLIENTS_INO: u64 = u64::MAX;
+
+/// The property an orphan of a shared pool carries: the client that keeps it open.
+pub(crate) const ORPHAN_OF: &str = "$orphan-of";
 
 /// Counter holding the last client number handed out.
 const COUNTER_LAST_CLIENT: &str = "last_client";
@@ -61,6 +67,41 @@ fn session(tx: &mut dyn Txn, id: u64) -> Result<Option<ClientSession>> {
 }
 
 impl MetaStore {
+    /// Makes this store act for client `id` of a shared pool: files it leaves open after their
+    /// last name is gone (orphans) record `id`, so that the others can remove them if the
+    /// client stops without closing them ([`MetaStore::purge_orphans_of`]).
+    pub fn act_as_client(&self, id: u64) {
+        self.client.store(id, Ordering::Relaxed);
+    }
+
+    /// The client this store acts for (0: none).
+    pub(crate) fn client(&self) -> u64 {
+        self.client.load(Ordering::Relaxed)
+    }
+
+    /// Removes the orphans client `id` kept open, with their records (returned, like
+    /// [`MetaStore::purge_orphans`]): for a client that stopped without closing them.
+    pub fn purge_orphans_of(&self, id: u64) -> Result<Vec<RecordRef>> {
+        let owner = id.to_string();
+        self.write(|tx| {
+            let mut freed = Vec::new();
+            for ino in tx.list_orphans()? {
+                let orphan = tx
+                    .get_inode(ino)?
+                    .is_some_and(|row| row.attr.nlink == 0 && row.attr.kind != FileKind::Dir);
+                if orphan && tx.get_prop(ino, ORPHAN_OF)?.as_deref() == Some(&owner) {
+                    freed.extend(
+                        purge(tx, ino)?
+                            .into_iter()
+                            .map(|(_, r)| r)
+                            .filter(RecordRef::in_segment),
+                    );
+                }
+            }
+            Ok(freed)
+        })
+    }
+
     /// Registers a new client of the pool, at time `now` (seconds since the epoch), and returns
     /// its number: one higher than any handed out before, never reused.
     pub fn register_client(&self, host: &str, pid: u32, now: i64) -> Result<u64> {

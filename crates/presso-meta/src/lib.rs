@@ -106,6 +106,8 @@ pub use types::{
 /// The metadata store: POSIX semantics over any [`MetaEngine`].
 pub struct MetaStore {
     engine: Box<dyn MetaEngine>,
+    /// The shared pool's client this store acts for (0: none); see [`MetaStore::act_as_client`].
+    client: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for MetaStore {
@@ -117,7 +119,10 @@ impl std::fmt::Debug for MetaStore {
 impl MetaStore {
     /// Wraps an engine.
     pub fn new(engine: Box<dyn MetaEngine>) -> Self {
-        MetaStore { engine }
+        MetaStore {
+            engine,
+            client: std::sync::atomic::AtomicU64::new(0),
+        }
     }
 
     /// Opens an existing SQLite database with default options; see [`MetaStore::open_sqlite_with`].

@@ -120,11 +120,13 @@ pub(crate) fn purge_records(tx: &mut dyn Txn, ino: u64) -> Result<Vec<RecordRef>
     Ok(purge(tx, ino)?.into_iter().map(|(_, r)| r).collect())
 }
 
-/// Drops one link of a non-directory whose name was already removed.
+/// Drops one link of a non-directory whose name was already removed. An inode left an orphan
+/// records `owner` (the client keeping it open in a shared pool; 0: none).
 pub(crate) fn drop_link(
     tx: &mut dyn Txn,
     mut row: InodeRow,
     is_open: &dyn Fn(u64) -> bool,
+    owner: u64,
     now: Timespec,
 ) -> Result<Unlinked> {
     row.attr.nlink = row.attr.nlink.saturating_sub(1);
@@ -134,6 +136,9 @@ pub(crate) fn drop_link(
         (LinkFate::Linked, Vec::new())
     } else if is_open(row.attr.ino) {
         tx.put_inode(&row)?;
+        if owner != 0 {
+            tx.set_prop(row.attr.ino, crate::clients::ORPHAN_OF, &owner.to_string())?;
+        }
         (LinkFate::Orphaned, Vec::new())
     } else {
         (LinkFate::Removed, purge_records(tx, row.attr.ino)?)
@@ -361,7 +366,7 @@ impl MetaStore {
             let now = Timespec::now();
             tx.delete_dentry(parent, name)?;
             adjust_dir(tx, parent, 0, now)?;
-            drop_link(tx, row, is_open, now)
+            drop_link(tx, row, is_open, self.client(), now)
         })
     }
 

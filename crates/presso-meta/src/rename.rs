@@ -148,7 +148,7 @@ impl MetaStore {
                         })
                     } else {
                         let row = inode(tx, dst.ino)?;
-                        Some(drop_link(tx, row, is_open, now)?)
+                        Some(drop_link(tx, row, is_open, self.client(), now)?)
                     }
                 }
             };

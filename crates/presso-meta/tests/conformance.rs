@@ -136,7 +136,34 @@ conformance!(
     readers_run_while_a_writer_commits,
     statistics_add_up_and_stay_apart_from_accounting,
     client_sessions_register_beat_and_end,
+    orphans_of_a_stopped_client_go_with_it,
 );
+
+fn orphans_of_a_stopped_client_go_with_it(s: &MetaStore) {
+    s.act_as_client(5);
+    let f = file(s, ROOT_INO, "f");
+    s.set_record(f, 0, &rec(1, 100, 400)).unwrap();
+    let g = file(s, ROOT_INO, "g");
+    assert_eq!(
+        s.unlink(ROOT_INO, b"f", &open).unwrap().fate,
+        LinkFate::Orphaned
+    );
+    s.act_as_client(6);
+    let h = file(s, ROOT_INO, "h");
+    file(s, ROOT_INO, "x");
+    // A rename that replaces an open file orphans it too.
+    let r = s.rename(ROOT_INO, b"x", ROOT_INO, b"h", &open).unwrap();
+    assert_eq!(r.map(|u| (u.ino, u.fate)), Some((h, LinkFate::Orphaned)));
+    // Client 5 stopped: its orphan goes, with its records; client 6's and live files stay.
+    assert_eq!(s.purge_orphans_of(5).unwrap(), vec![rec(1, 100, 400)]);
+    assert_eq!(s.getattr(f), Err(MetaError::NotFound));
+    assert_eq!(s.getattr(h).unwrap().nlink, 0);
+    assert_eq!(s.getattr(g).unwrap().nlink, 1);
+    assert_eq!(s.space().unwrap(), space(0, 0, 100));
+    assert_eq!(s.purge_orphans_of(5).unwrap(), vec![], "nothing left of 5");
+    assert_eq!(s.purge_orphans_of(6).unwrap(), vec![]);
+    assert_eq!(s.getattr(h), Err(MetaError::NotFound));
+}
 
 fn client_sessions_register_beat_and_end(s: &MetaStore) {
     assert!(s.clients().unwrap().is_empty());

@@ -33,7 +33,9 @@ before writers wait; default 256M) and cache_size=SIZE (decompressed records kep
 default 64M): with the engine's queue, these bound the daemon's memory whatever the data size;
 channels=N (threads reading requests from the kernel, each on its own clone of the FUSE device;
 default 2); for a shared pool also cache_dir=DIR (where this machine's clients keep their own
-files; default /var/cache/presso for root, else ~/.cache/presso).
+files; default /var/cache/presso for root, else ~/.cache/presso) and client_timeout=SECONDS
+(how long another client may go without a heartbeat before this one, as it mounts, takes it for
+stopped and removes the files it kept open after unlinking them; default 60).
 The mount is private to its owner otherwise.
 
 Shared pools (made with `presso create --meta … --data …`): every mount is a new client, on
@@ -121,6 +123,9 @@ fn parse_all_options(options: &[String]) -> Result<(MountConfig, Option<PathBuf>
             p if p.starts_with("channels=") => {
                 config.channels = Some(channels(p)?);
             }
+            p if p.starts_with("client_timeout=") => {
+                config.pool.client_timeout = seconds(p, 1.0..=86400.0, "(e.g. client_timeout=60)")?;
+            }
             p if p.starts_with("cache_dir=") => {
                 let dir = &p["cache_dir=".len()..];
                 if !dir.starts_with('/') {
@@ -132,7 +137,7 @@ fn parse_all_options(options: &[String]) -> Result<(MountConfig, Option<PathBuf>
             p => bail!(
                 "unknown mount option '{p}'; valid: allow_other, ro, rw, noexec, exec, nonempty, \
                  sync_interval=SECONDS, cache_timeout=SECONDS, dirty_limit=SIZE, cache_size=SIZE, \
-                 channels=N, cache_dir=DIR"
+                 channels=N, cache_dir=DIR, client_timeout=SECONDS"
             ),
         }
     }

@@ -67,14 +67,24 @@ impl SharedPool {
 
     /// `presso mount URL MNT -o cache_dir=…` of a new client at `name` in the scratch dir.
     fn mount(&self, name: &str) -> Client {
+        self.mount_with(name, &[])
+    }
+
+    /// The mount options every client of the pool gets, and `more`.
+    fn options(&self, more: &[&str]) -> String {
+        let mut all = vec![format!("cache_dir={}", self.cache().display())];
+        all.extend(more.iter().map(|s| s.to_string()));
+        all.join(",")
+    }
+
+    fn mount_with(&self, name: &str, options: &[&str]) -> Client {
         let mnt = self.dir.path().join(name);
         std::fs::create_dir_all(&mnt).unwrap();
-        let cache = format!("cache_dir={}", self.cache().display());
         let out = exec(
             presso_s3()
                 .args(["mount", &self.meta_url])
                 .arg(&mnt)
-                .args(["-o", &cache]),
+                .args(["-o", &self.options(options)]),
         );
         let client = Client { mnt, mounted: true };
         out.ok();
@@ -111,6 +121,24 @@ impl Drop for Client {
             force_unmount(&self.mnt);
         }
     }
+}
+
+/// The pool's metadata, opened beside its clients.
+fn metadata(meta_url: &str) -> presso_meta::MetaStore {
+    use presso_meta::postgres::{PostgresOptions, PostgresTarget};
+    let target = PostgresTarget::from_url(meta_url).unwrap();
+    presso_meta::MetaStore::open_postgres(&target, &PostgresOptions::default()).unwrap()
+}
+
+/// The pool's client sessions, read from its metadata: (number, seconds since its last beat).
+fn sessions(meta_url: &str) -> Vec<(u64, i64)> {
+    let meta = metadata(meta_url);
+    let now = presso_meta::Timespec::now().secs;
+    meta.clients()
+        .unwrap()
+        .iter()
+        .map(|c| (c.id, now - c.heartbeat))
+        .collect()
 }
 
 fn read(path: &Path) -> Vec<u8> {
@@ -225,4 +253,88 @@ fn a_later_client_reads_what_unmounted_clients_wrote() {
     assert!(!is_mounted(&mnt));
     assert!(out.stderr.contains("object store"), "{}", out.stderr);
     let _ = &pool.data;
+}
+
+#[test]
+fn a_killed_client_loses_nothing_it_synced_and_the_others_clean_up_after_it() {
+    use std::io::Write;
+    use std::os::unix::fs::MetadataExt;
+
+    // Every client beats often enough for a 2 s timeout.
+    const FAST: &[&str] = &["client_timeout=2"];
+    let pool = SharedPool::create("killed", &["compression=lz4"]);
+    let b = pool.mount_with("b", FAST);
+    let mnt_a = pool.dir.path().join("a");
+    std::fs::create_dir_all(&mnt_a).unwrap();
+    let log = std::fs::File::create(pool.dir.path().join("a.log")).unwrap();
+    let mut a = KillOnDrop(
+        presso_s3()
+            .args(["mount", "-f", &pool.meta_url])
+            .arg(&mnt_a)
+            .args(["-o", &pool.options(FAST)])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    assert!(wait_until(Duration::from_secs(60), || is_mounted(&mnt_a)));
+    let before: Vec<u64> = sessions(&pool.meta_url).iter().map(|s| s.0).collect();
+    assert_eq!(before.len(), 2, "{before:?}");
+
+    // Written and fsync'd on a: must survive a's death.
+    let synced = random_bytes(5, 3 << 20);
+    let mut f = std::fs::File::create(mnt_a.join("synced")).unwrap();
+    f.write_all(&synced).unwrap();
+    f.sync_all().unwrap();
+    // Open on a after its name is gone: an orphan of a's.
+    let mut held = std::fs::File::create(mnt_a.join("held")).unwrap();
+    held.write_all(&random_bytes(6, 1 << 20)).unwrap();
+    held.sync_all().unwrap();
+    let held_ino = held.metadata().unwrap().ino();
+    std::fs::remove_file(mnt_a.join("held")).unwrap();
+    // Written, not synced, still open: may be lost, must not harm anything.
+    let mut unsynced = std::fs::File::create(mnt_a.join("unsynced")).unwrap();
+    unsynced.write_all(&random_bytes(7, 1 << 20)).unwrap();
+
+    a.0.kill().unwrap();
+    a.0.wait().unwrap();
+    drop((f, held, unsynced));
+    force_unmount(&mnt_a);
+
+    // b is unaffected: it reads what a synced, and goes on writing.
+    assert_bytes_eq(&read(&b.p("synced")), &synced, "a's fsync'd file on b");
+    let after = text_like(9, 1 << 20);
+    std::fs::write(b.p("after"), &after).unwrap();
+    assert_bytes_eq(&read(&b.p("after")), &after, "written on b after a died");
+
+    // Once a has been silent past the timeout, the next client to mount cleans up after it:
+    // a's orphan and session go, b's stay, and a's directory on this machine is removed.
+    let a_id = *before.iter().max().unwrap();
+    let a_dir = std::fs::read_dir(pool.cache())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join(format!("client-{a_id}")))
+        .find(|p| p.exists())
+        .expect("a's local directory");
+    assert!(wait_until(Duration::from_secs(20), || {
+        sessions(&pool.meta_url)
+            .iter()
+            .any(|&(id, silent)| id == a_id && silent > 2)
+    }));
+    assert_eq!(metadata(&pool.meta_url).getattr(held_ino).unwrap().nlink, 0);
+    let c = pool.mount_with("c", FAST);
+    assert!(
+        metadata(&pool.meta_url).getattr(held_ino).is_err(),
+        "a's orphan is removed"
+    );
+    let now: Vec<u64> = sessions(&pool.meta_url).iter().map(|s| s.0).collect();
+    assert!(
+        !now.contains(&a_id) && now.len() == 2,
+        "{now:?} (a was {a_id})"
+    );
+    assert!(!a_dir.exists(), "{} is left", a_dir.display());
+    let status = exec(presso().args(["status", "--json"]).arg(&c.mnt)).ok();
+    assert!(status.contains("\"mountpoint\""), "{status}");
+    assert_bytes_eq(&read(&c.p("synced")), &synced, "a's fsync'd file on c");
 }

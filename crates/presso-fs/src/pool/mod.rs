@@ -44,7 +44,10 @@ mod unsynced;
 pub use metacopy::COPY_FILE;
 pub use opening::OpenReport;
 use opening::{missing_segments, refresh_live};
-pub use shared::{without_password, ClientPlace, SharedClient, CLIENT_FILE, HEARTBEAT_INTERVAL};
+pub use shared::{
+    heartbeat_interval, without_password, ClientPlace, SharedClient, CLIENT_FILE,
+    DEFAULT_CLIENT_TIMEOUT, HEARTBEAT_INTERVAL,
+};
 
 pub use txg::{Committed, Group, OpTag, TxgHold, Txgs};
 pub use unsynced::Unsynced;
@@ -66,6 +69,9 @@ pub struct PoolOptions {
     pub segment_size: u64,
     /// How often, while the pool changes, its metadata copy is refreshed (see [`COPY_FILE`]).
     pub metadata_copy_every: Duration,
+    /// In a shared pool: how long another client may go without a heartbeat before a client
+    /// that mounts takes it for stopped and cleans up after it.
+    pub client_timeout: Duration,
 }
 
 impl Default for PoolOptions {
@@ -75,6 +81,7 @@ impl Default for PoolOptions {
             workers: presso_codec::default_workers(),
             segment_size: presso_store::DEFAULT_SEGMENT_SIZE,
             metadata_copy_every: Duration::from_secs(300),
+            client_timeout: shared::DEFAULT_CLIENT_TIMEOUT,
         }
     }
 }

@@ -5,7 +5,9 @@
 //! before and with it a range of segment numbers of its own ([`SegmentRange::of_client`]): it
 //! appends only there, and reads every client's segments. Its local directory (lock, staging of
 //! bytes not yet uploaded, control socket) is `CACHE/POOL-ID/client-N`. While mounted it beats every
-//! [`HEARTBEAT_INTERVAL`]; unmount ends its session.
+//! [`heartbeat_interval`]; unmount ends its session. A client that mounts takes others silent
+//! for longer than its client timeout for stopped: it removes the files they kept open after
+//! unlinking them, ends their sessions, and removes their local directories on this machine.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
@@ -22,8 +24,19 @@ use super::{OpenReport, Pool, PoolOptions};
 use crate::error::{FsError, Result};
 use crate::props;
 
-/// How often a client of a shared pool tells the others it is alive.
+/// How often a client of a shared pool tells the others it is alive, at most.
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How often a client with `timeout` as its client timeout beats: twelve times per timeout,
+/// at most every [`HEARTBEAT_INTERVAL`], at least every 100 ms. Clients of one pool should
+/// share one timeout.
+pub fn heartbeat_interval(timeout: Duration) -> Duration {
+    (timeout / 12).clamp(Duration::from_millis(100), HEARTBEAT_INTERVAL)
+}
+
+/// How long a client may go without a heartbeat before others take it for stopped, by default:
+/// twelve missed beats, so that a metadata server's restart does not end live clients.
+pub const DEFAULT_CLIENT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The file in a client's local directory that names the pool it belongs to, and marks the
 /// directory as a Presso client's (the CLI finds a mount's daemon through it).
@@ -53,6 +66,7 @@ impl SharedClient {
     /// Registers a new client of the pool whose metadata is `meta`, its local directory `local`.
     fn register(meta: &MetaStore, local: impl FnOnce(u64) -> PathBuf) -> Result<Self> {
         let id = meta.register_client(&host_name(), std::process::id(), unix_now())?;
+        meta.act_as_client(id);
         let segments = SegmentRange::of_client(id).ok_or_else(|| {
             FsError::Refused(format!(
                 "the pool has had {id} clients, more than its segment numbering allows"
@@ -82,10 +96,11 @@ impl SharedClient {
         &self.local
     }
 
-    /// Starts beating for `pool` (which owns this session) every [`HEARTBEAT_INTERVAL`].
+    /// Starts beating for `pool` (which owns this session), see [`heartbeat_interval`].
     pub(super) fn start_heartbeat(&self, pool: &Arc<Pool>) -> Result<()> {
         let weak = Arc::downgrade(pool);
         let (id, stop) = (self.id, self.stop.clone());
+        let every = heartbeat_interval(pool.options().client_timeout);
         let handle = std::thread::Builder::new()
             .name("presso-heartbeat".into())
             .spawn(move || {
@@ -93,7 +108,7 @@ impl SharedClient {
                 let mut stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
                 while !*stopped {
                     stopped = wake
-                        .wait_timeout(stopped, HEARTBEAT_INTERVAL)
+                        .wait_timeout(stopped, every)
                         .unwrap_or_else(|e| e.into_inner())
                         .0;
                     let Some(pool) = weak.upgrade() else { break };
@@ -221,6 +236,53 @@ fn objects_at(location: &str, place: &ClientPlace) -> Result<Arc<Objects>> {
     Ok(Arc::new(Objects::connect(&url, &opts)?))
 }
 
+/// Takes every other client silent for longer than `timeout` for stopped: removes the files it
+/// kept open after their names were gone, then its session; and removes the local directories
+/// of clients of this machine that have no session any more (their staging held nothing
+/// committed). Returns the clients ended.
+fn clean_up_after_stopped(
+    meta: &MetaStore,
+    me: u64,
+    pool_dir: &Path,
+    timeout: Duration,
+) -> Result<Vec<u64>> {
+    let now = unix_now();
+    let mut ended = Vec::new();
+    let mut live = std::collections::BTreeSet::new();
+    for s in meta.clients()? {
+        let silent = now.saturating_sub(s.heartbeat);
+        if s.id == me || silent <= timeout.as_secs() as i64 {
+            live.insert(s.id);
+            continue;
+        }
+        // Orphans first: a client that stops here finds the session still there next time.
+        let freed = meta.purge_orphans_of(s.id)?;
+        meta.end_client(s.id)?;
+        crate::log!(
+            "presso: client {} ({} pid {}) was silent for {silent} s: taken for stopped, {} \
+             records of files it kept open removed",
+            s.id,
+            s.host,
+            s.pid,
+            freed.len()
+        );
+        ended.push(s.id);
+    }
+    if let Ok(entries) = std::fs::read_dir(pool_dir) {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let id = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("client-"))
+                .and_then(|n| n.parse::<u64>().ok());
+            if id.is_some_and(|id| !live.contains(&id)) {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    Ok(ended)
+}
+
 impl Pool {
     /// Creates a shared pool: its metadata in a new schema of the PostgreSQL database at
     /// `meta_url` (`postgres://…?schema=NAME`), its segments under `data` in an object store
@@ -285,9 +347,14 @@ impl Pool {
         let objects = objects_at(&data, place)?;
         // Clients of several pools may share a cache directory: each pool has its own below.
         let pool_id = meta.pool_id()?.unwrap_or_else(|| target.schema.clone());
-        let client = SharedClient::register(&meta, |id| {
-            place.cache.join(&pool_id).join(format!("client-{id}"))
-        })?;
+        let pool_dir = place.cache.join(&pool_id);
+        let client = SharedClient::register(&meta, |id| pool_dir.join(format!("client-{id}")))?;
+        if let Err(e) =
+            clean_up_after_stopped(&meta, client.id(), &pool_dir, options.client_timeout)
+        {
+            client.end(&meta);
+            return Err(e);
+        }
         let dir = FsDir::create_all(client.local_dir())
             .map_err(|e| FsError::io(format!("cannot create {}", client.local_dir().display()), e))
             .map(|local| {
