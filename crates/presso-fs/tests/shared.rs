@@ -16,8 +16,17 @@ use presso_store::SegmentRange;
 
 /// A new shared pool: its metadata URL and where its clients keep their local files.
 fn new_pool(tag: &str, properties: &[(&str, &str)]) -> (String, ClientPlace) {
-    let meta_url = Postgres::shared().url(&Postgres::fresh_schema(tag));
-    let s3 = S3::shared();
+    new_pool_on(Postgres::shared(), S3::shared(), tag, properties)
+}
+
+/// [`new_pool`] on given servers.
+fn new_pool_on(
+    postgres: &Postgres,
+    s3: &S3,
+    tag: &str,
+    properties: &[(&str, &str)],
+) -> (String, ClientPlace) {
+    let meta_url = postgres.url(&Postgres::fresh_schema(tag));
     let data = format!("{}?endpoint={}", S3::fresh_url(tag), s3.endpoint());
     let cache = std::env::temp_dir().join(format!(
         "presso-shared-{tag}-{}-{}",
@@ -28,6 +37,7 @@ fn new_pool(tag: &str, properties: &[(&str, &str)]) -> (String, ClientPlace) {
     let place = ClientPlace {
         cache,
         credentials: s3.options().credentials,
+        server_timeout: presso_fs::pool::DEFAULT_SERVER_TIMEOUT,
     };
     let properties: Vec<(String, String)> = properties
         .iter()
@@ -189,4 +199,92 @@ fn a_new_pool_is_refused_over_one_and_wrong_places_say_so() {
     assert!(err.to_string().contains("refused access"), "{err}");
     assert!(sessions(&url).is_empty());
     let _ = std::fs::remove_dir_all(PathBuf::from(&place.cache));
+}
+
+/// The S3 server restarts, then PostgreSQL, while a client writes and fsyncs file after file:
+/// every operation waits for them and succeeds, and everything fsync'd reads back whole on
+/// another client.
+#[test]
+fn writes_wait_through_restarts_of_both_servers() {
+    let postgres = Postgres::start().expect("a PostgreSQL server of this test's own");
+    let s3 = S3::start().expect("an S3 server of this test's own");
+    let (url, place) = new_pool_on(&postgres, &s3, "restarts", &[("compression", "lz4")]);
+    let a = client(&url, &place);
+    let files: Vec<Vec<u8>> = (0..24)
+        .map(|i| text(300_000 + i * 1000, i as u64))
+        .collect();
+    let (started, writing) = std::sync::mpsc::channel();
+    let longest = std::thread::scope(|scope| {
+        let writer = scope.spawn(|| {
+            let mut longest = std::time::Duration::ZERO;
+            for (i, data) in files.iter().enumerate() {
+                if i == 2 {
+                    started.send(()).unwrap();
+                }
+                let t = std::time::Instant::now();
+                let ino = write_file(&a, ROOT_INO, &format!("f{i}"), data);
+                a.fsync(ino)
+                    .unwrap_or_else(|e| panic!("fsync of f{i} during the restarts: {e}"));
+                longest = longest.max(t.elapsed());
+            }
+            longest
+        });
+        writing.recv().unwrap();
+        s3.restart().expect("S3 server restarts");
+        postgres.halt().expect("PostgreSQL stops");
+        postgres.resume().expect("PostgreSQL starts again");
+        writer.join().expect("every write and fsync succeeded")
+    });
+    // The writes met the outage: one of them waited for the S3 server to come back.
+    assert!(longest > std::time::Duration::from_secs(2), "{longest:?}");
+    let b = client(&url, &place);
+    for (i, data) in files.iter().enumerate() {
+        same(&read_file(&b, ROOT_INO, &format!("f{i}")), data);
+    }
+    a.shutdown().unwrap();
+    b.shutdown().unwrap();
+}
+
+/// An object store that stays down: an fsync fails with EIO once the client's server timeout
+/// has passed, saying what is unavailable, instead of hanging; once the store is back, what
+/// was fsync'd before reads whole on a new client.
+#[test]
+fn a_store_that_stays_down_fails_fsync_after_the_timeout() {
+    use presso_objects::fault_proxy::{Fault, FaultProxy};
+    let s3 = S3::shared();
+    let proxy = FaultProxy::start(&s3.address()).unwrap();
+    let meta_url = Postgres::shared().url(&Postgres::fresh_schema("down"));
+    let data = format!("{}?endpoint={}", S3::fresh_url("down"), proxy.endpoint());
+    let place = ClientPlace {
+        cache: std::env::temp_dir().join(format!("presso-shared-down-{}", std::process::id())),
+        credentials: s3.options().credentials,
+        server_timeout: std::time::Duration::from_secs(3),
+    };
+    Pool::create_shared(&meta_url, &data, &place, &[]).unwrap();
+    let a = client(&meta_url, &place);
+    let ino = write_file(&a, ROOT_INO, "kept", b"written while the store was up");
+    a.fsync(ino).unwrap();
+
+    proxy.always(Some(Fault::Status(503)));
+    let started = std::time::Instant::now();
+    let attr = a
+        .make_node(ROOT_INO, b"lost", &NewNode::file(0o644, 0, 0))
+        .unwrap();
+    a.write(attr.ino, 0, &text(200_000, 9)).unwrap();
+    let err = a.fsync(attr.ino).unwrap_err();
+    let waited = started.elapsed();
+    assert_eq!(err.errno(), libc::EIO, "{err}");
+    assert!(err.to_string().contains("unavailable"), "{err}");
+    assert!(
+        waited >= std::time::Duration::from_secs(2) && waited < std::time::Duration::from_secs(60),
+        "{waited:?}"
+    );
+    proxy.always(None);
+    // The store refuses writes after a failed sync until the client mounts again, as after a
+    // failed fsync on a disk; what was fsync'd before is intact for a new client.
+    let b = client(&meta_url, &place);
+    same(&read_file(&b, ROOT_INO, "kept"), b"written while the store was up");
+    b.shutdown().unwrap();
+    let _ = a.shutdown();
+    let _ = std::fs::remove_dir_all(&place.cache);
 }

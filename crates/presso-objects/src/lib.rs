@@ -157,9 +157,12 @@ pub struct ObjectOptions {
     pub request_timeout: Duration,
     /// Longest a connection attempt may take.
     pub connect_timeout: Duration,
-    /// Retries of a failed request (timeouts, connection failures, 5xx, 429).
+    /// Most retries of a failed request (timeouts, connection failures, 5xx, 429). The default
+    /// is high enough that [`ObjectOptions::retry_timeout`] decides: a refused connection fails
+    /// in microseconds, and a restarting server refuses them for tens of seconds.
     pub max_retries: usize,
-    /// Longest an operation may keep retrying.
+    /// Longest an operation may keep retrying: how long a store may be down before operations
+    /// fail.
     pub retry_timeout: Duration,
     /// Objects larger than this are uploaded in parts of this size (S3's minimum part is 5 MiB).
     pub part_size: usize,
@@ -173,7 +176,7 @@ impl Default for ObjectOptions {
             credentials: None,
             request_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
-            max_retries: 8,
+            max_retries: 1000,
             retry_timeout: Duration::from_secs(120),
             part_size: 8 << 20,
         }

@@ -80,21 +80,31 @@ impl TestServer {
             .map(u16::to_string)
             .collect::<Vec<_>>()
             .join(" ");
-        // The keeper: starts the server and stops it when its standard input closes; when the
-        // server ends (stopped, or failing to start), removes what it left and ends, which
-        // closes the log pipe.
+        // The keeper: starts the server, restarts it on a line `restart` on its standard input
+        // (same directory, same ports) and stops it when that input closes; when the server
+        // ends by itself (failing to start), removes what it left and ends, which closes the
+        // log pipe.
         let script = format!(
             r#"
             exec 3<&0  # an asynchronous list would read /dev/null instead
-            "$1" server -dir="$2" -ip=127.0.0.1 -ip.bind=127.0.0.1 {port_args} \
-                -s3 -s3.config="$2/s3.json" -s3.autoCreateBucket \
-                -s3.port.iceberg=0 -s3.port.lance=0 -master.volumeSizeLimitMB=64 -volume.max=100 \
-                -master.telemetry=false &
-            pid=$!
-            ( cat > /dev/null <&3; kill "$pid" ) 2>/dev/null &
-            wait "$pid"
+            while :; do
+                # SeaweedFS also listens on unix sockets named by port in /tmp, and leaves them.
+                for port in {port_list}; do rm -f /tmp/seaweedfs-*-"$port".sock; done
+                "$1" server -dir="$2" -ip=127.0.0.1 -ip.bind=127.0.0.1 {port_args} \
+                    -s3 -s3.config="$2/s3.json" -s3.autoCreateBucket \
+                    -s3.port.iceberg=0 -s3.port.lance=0 -master.volumeSizeLimitMB=64 \
+                    -volume.max=100 -master.telemetry=false &
+                pid=$!
+                ( if read -r cmd <&3; then echo "$cmd"; else echo quit; fi > "$2/.keeper"
+                  kill "$pid" ) 2>/dev/null &
+                reader=$!
+                wait "$pid"
+                kill "$reader" 2>/dev/null
+                cmd=$(cat "$2/.keeper" 2>/dev/null)
+                rm -f "$2/.keeper"
+                [ "$cmd" = restart ] || break
+            done
             rm -rf "$2"
-            # SeaweedFS also listens on unix sockets named by port in /tmp, and leaves them.
             for port in {port_list}; do rm -f /tmp/seaweedfs-*-"$port".sock; done
         "#
         );
@@ -189,6 +199,46 @@ impl TestServer {
     /// The server's data directory.
     pub fn dir(&self) -> &std::path::Path {
         &self.dir
+    }
+
+    /// Stops the server and starts it again on the same ports with the same data, as an
+    /// operator's restart would; returns once it serves S3 again.
+    pub fn restart(&self) -> Result<(), String> {
+        {
+            let mut keeper = self.keeper.lock().map_err(|_| "keeper lock poisoned")?;
+            let (_, stdin) = keeper.as_mut().ok_or("the server was stopped")?;
+            use std::io::Write;
+            stdin
+                .write_all(b"restart\n")
+                .and_then(|()| stdin.flush())
+                .map_err(|e| format!("cannot reach the keeper: {e}"))?;
+        }
+        // Wait for the old server to go, then for the new one to answer.
+        let marker = ObjectUrl {
+            bucket: test_bucket(),
+            prefix: ".bucket".into(),
+        };
+        let quick = ObjectOptions {
+            max_retries: 0,
+            request_timeout: Duration::from_secs(2),
+            ..self.options()
+        };
+        let objects = Objects::connect(&marker, &quick).map_err(|e| e.to_string())?;
+        let deadline = std::time::Instant::now() + START_TIMEOUT;
+        let mut went_down = false;
+        loop {
+            let up = objects.get("made").is_ok();
+            went_down |= !up;
+            if went_down && up {
+                return Ok(());
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(format!(
+                    "SeaweedFS did not come back within {START_TIMEOUT:?}"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Stops the server and waits until it is gone (its directory too).

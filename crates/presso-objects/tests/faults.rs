@@ -124,3 +124,39 @@ fn a_refusal_is_reported_at_once_not_retried() {
     assert!(matches!(err, ObjectError::Denied(_)), "{err:?}");
     assert_eq!(proxy.requests(), 1);
 }
+
+/// A restart of the server itself (not a proxy's fault): a write begun while it is down waits
+/// and retries, then succeeds, and everything written before is still there.
+#[test]
+fn writes_ride_out_a_server_restart() {
+    let server = TestServer::start().expect("start a server of this test's own");
+    // A restarted SeaweedFS refuses connections, then answers 500 until its volume server has
+    // registered again, for 10 to 50 s here: the defaults' patience (retries for up to two
+    // minutes), not the other tests' short one.
+    let defaults = ObjectOptions::default();
+    let patient = ObjectOptions {
+        max_retries: defaults.max_retries,
+        retry_timeout: defaults.retry_timeout,
+        ..server.options()
+    };
+    let objects = Objects::connect(&TestServer::fresh_url("restart"), &patient).unwrap();
+    let started = Instant::now();
+    objects.put("before", Bytes::from_static(b"kept")).unwrap();
+    std::thread::scope(|s| {
+        let restart = s.spawn(|| server.restart());
+        // Writes go on throughout the restart.
+        for i in 0..40 {
+            objects
+                .put(&format!("during-{i}"), Bytes::from(vec![i as u8; 1000]))
+                .unwrap_or_else(|e| panic!("write {i} during the restart: {e}"));
+        }
+        restart.join().unwrap().expect("the server came back");
+    });
+    eprintln!("40 writes through a restart: {:?}", started.elapsed());
+    objects.put("after", Bytes::from_static(b"new")).unwrap();
+    assert_eq!(objects.get("before").unwrap(), Bytes::from_static(b"kept"));
+    assert_eq!(objects.get("after").unwrap(), Bytes::from_static(b"new"));
+    for i in 0..40 {
+        assert_eq!(objects.get(&format!("during-{i}")).unwrap().len(), 1000);
+    }
+}

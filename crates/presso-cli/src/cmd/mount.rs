@@ -35,7 +35,9 @@ channels=N (threads reading requests from the kernel, each on its own clone of t
 default 2); for a shared pool also cache_dir=DIR (where this machine's clients keep their own
 files; default /var/cache/presso for root, else ~/.cache/presso) and client_timeout=SECONDS
 (how long another client may go without a heartbeat before this one, as it mounts, takes it for
-stopped and removes the files it kept open after unlinking them; default 60).
+stopped and removes the files it kept open after unlinking them; default 60) and
+server_timeout=SECONDS (how long operations wait for PostgreSQL or the object store to come
+back, retrying, before they fail with EIO; default 120).
 The mount is private to its owner otherwise.
 
 Shared pools (made with `presso create --meta … --data …`): every mount is a new client, on
@@ -89,9 +91,9 @@ fn parse_options(options: &[String]) -> Result<MountConfig> {
 }
 
 /// Mount options, and the `cache_dir=` of a shared pool's client if given.
-fn parse_all_options(options: &[String]) -> Result<(MountConfig, Option<PathBuf>)> {
+fn parse_all_options(options: &[String]) -> Result<(MountConfig, SharedOptions)> {
     let mut config = MountConfig::default();
-    let mut cache_dir = None;
+    let mut shared = SharedOptions::default();
     for part in options.iter().flat_map(|o| o.split(',')).map(str::trim) {
         match part {
             "" => {}
@@ -131,17 +133,28 @@ fn parse_all_options(options: &[String]) -> Result<(MountConfig, Option<PathBuf>
                 if !dir.starts_with('/') {
                     bail!("cache_dir={dir}: give an absolute path");
                 }
-                cache_dir = Some(PathBuf::from(dir));
+                shared.cache_dir = Some(PathBuf::from(dir));
+            }
+            p if p.starts_with("server_timeout=") => {
+                shared.server_timeout =
+                    Some(seconds(p, 1.0..=86400.0, "(e.g. server_timeout=120)")?);
             }
             p if IGNORED.contains(&p) || p.starts_with("x-") => {}
             p => bail!(
                 "unknown mount option '{p}'; valid: allow_other, ro, rw, noexec, exec, nonempty, \
                  sync_interval=SECONDS, cache_timeout=SECONDS, dirty_limit=SIZE, cache_size=SIZE, \
-                 channels=N, cache_dir=DIR, client_timeout=SECONDS"
+                 channels=N, cache_dir=DIR, client_timeout=SECONDS, server_timeout=SECONDS"
             ),
         }
     }
-    Ok((config, cache_dir))
+    Ok((config, shared))
+}
+
+/// Mount options only a shared pool's client takes.
+#[derive(Debug, Default)]
+struct SharedOptions {
+    cache_dir: Option<PathBuf>,
+    server_timeout: Option<std::time::Duration>,
 }
 
 /// The longest `sync_interval` accepted: an hour of data at risk is already more than anyone
@@ -203,19 +216,25 @@ pub fn is_shared_url(pool: &Path) -> bool {
 }
 
 /// The pool to serve and where its messages go.
-fn source(pool: &Path, cache_dir: Option<PathBuf>) -> Result<PoolSource> {
+fn source(pool: &Path, shared: SharedOptions) -> Result<PoolSource> {
     if is_shared_url(pool) {
         let mut place = ClientPlace::default_for_user();
-        if let Some(dir) = cache_dir {
+        if let Some(dir) = shared.cache_dir {
             place.cache = dir;
+        }
+        if let Some(timeout) = shared.server_timeout {
+            place.server_timeout = timeout;
         }
         return Ok(PoolSource::Shared {
             meta_url: pool.to_string_lossy().into_owned(),
             place,
         });
     }
-    if cache_dir.is_some() {
-        bail!("cache_dir= is for shared pools (postgres:// URLs); a pool directory keeps everything in itself");
+    if shared.cache_dir.is_some() || shared.server_timeout.is_some() {
+        bail!(
+            "cache_dir= and server_timeout= are for shared pools (postgres:// URLs); a pool \
+             directory keeps everything in itself"
+        );
     }
     if !pool.join("presso.pool").is_file() {
         bail!(
@@ -241,8 +260,8 @@ fn describe(source: &PoolSource) -> (String, PathBuf) {
 
 /// Runs `presso mount`.
 pub fn run(args: MountArgs) -> Result<()> {
-    let (config, cache_dir) = parse_all_options(&args.options)?;
-    let source = source(&args.pool, cache_dir)?;
+    let (config, shared) = parse_all_options(&args.options)?;
+    let source = source(&args.pool, shared)?;
     if args.foreground {
         daemon::serve(&source, &args.mountpoint, config, |r| {
             if let Err(e) = r {

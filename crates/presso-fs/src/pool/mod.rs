@@ -46,7 +46,7 @@ pub use opening::OpenReport;
 use opening::{missing_segments, refresh_live};
 pub use shared::{
     heartbeat_interval, without_password, ClientPlace, SharedClient, CLIENT_FILE,
-    DEFAULT_CLIENT_TIMEOUT, HEARTBEAT_INTERVAL,
+    DEFAULT_CLIENT_TIMEOUT, DEFAULT_SERVER_TIMEOUT, HEARTBEAT_INTERVAL,
 };
 
 pub use txg::{Committed, Group, OpTag, TxgHold, Txgs};

@@ -208,7 +208,14 @@ pub struct ClientPlace {
     /// The object store's access key id and secret; `None` takes them from
     /// `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`.
     pub credentials: Option<(String, String)>,
+    /// How long an operation waits for the metadata server or the object store to come back
+    /// (retrying) before it fails with an I/O error.
+    pub server_timeout: Duration,
 }
+
+/// How long operations wait for a shared pool's servers by default: long enough for a
+/// restart.
+pub const DEFAULT_SERVER_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl ClientPlace {
     /// The place for a client of this machine that names no directory of its own:
@@ -226,13 +233,22 @@ impl ClientPlace {
         ClientPlace {
             cache,
             credentials: None,
+            server_timeout: DEFAULT_SERVER_TIMEOUT,
         }
+    }
+}
+
+fn postgres_options(place: &ClientPlace) -> PostgresOptions {
+    PostgresOptions {
+        connect_timeout: place.server_timeout,
+        ..PostgresOptions::default()
     }
 }
 
 fn objects_at(location: &str, place: &ClientPlace) -> Result<Arc<Objects>> {
     let (url, mut opts) = presso_objects::locate(location)?;
     opts.credentials = place.credentials.clone();
+    opts.retry_timeout = place.server_timeout;
     Ok(Arc::new(Objects::connect(&url, &opts)?))
 }
 
@@ -307,7 +323,7 @@ impl Pool {
                 objects.url()
             )));
         }
-        let meta = MetaStore::create_postgres(&target, &PostgresOptions::default())?;
+        let meta = MetaStore::create_postgres(&target, &postgres_options(place))?;
         // The pool has no id yet: the creator's directory is named by the process.
         let creating = place.cache.join(format!("creating-{}", std::process::id()));
         let client = SharedClient::register(&meta, |_| creating)?;
@@ -336,7 +352,7 @@ impl Pool {
         options: PoolOptions,
     ) -> Result<(Arc<Pool>, OpenReport)> {
         let target = PostgresTarget::from_url(meta_url)?;
-        let meta = MetaStore::open_postgres(&target, &PostgresOptions::default())?;
+        let meta = MetaStore::open_postgres(&target, &postgres_options(place))?;
         let data = meta.data_location()?.ok_or_else(|| {
             FsError::MetadataUnusable(format!(
                 "schema {} holds a pool's metadata but no data location: it was not made by \
