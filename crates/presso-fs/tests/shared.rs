@@ -146,6 +146,17 @@ fn two_clients_read_what_the_other_wrote_and_closed() {
         assert!(segments.iter().all(|&s| own.contains(s)), "{segments:?}");
     }
 
+    // b holds a file open while a rewrites it longer: b's next open reads all of it.
+    let held = b.lookup(ROOT_INO, b"from-a").unwrap().ino;
+    let held_fh = b.open(held).unwrap();
+    let longer = text(4 << 20, 3);
+    let fh = a.open(held).unwrap();
+    a.write(held, 0, &longer).unwrap();
+    a.flush(held).unwrap();
+    a.release(held, fh).unwrap();
+    same(&read_file(&b, ROOT_INO, "from-a"), &longer);
+    b.release(held, held_fh).unwrap();
+
     // A rename on one client is whole on the other at once: no name is missing or doubled.
     a.rename(ROOT_INO, b"from-b", ROOT_INO, b"renamed").unwrap();
     assert!(matches!(
@@ -164,7 +175,7 @@ fn two_clients_read_what_the_other_wrote_and_closed() {
     assert_eq!(sessions(&url), [idb], "unmount ends a client's session");
     // A third client, mounted after the first left, reads everything committed.
     let c = client(&url, &place);
-    same(&read_file(&c, ROOT_INO, "from-a"), &from_a);
+    same(&read_file(&c, ROOT_INO, "from-a"), &longer);
     b.shutdown().unwrap();
     c.shutdown().unwrap();
     assert!(sessions(&url).is_empty());
@@ -283,7 +294,10 @@ fn a_store_that_stays_down_fails_fsync_after_the_timeout() {
     // The store refuses writes after a failed sync until the client mounts again, as after a
     // failed fsync on a disk; what was fsync'd before is intact for a new client.
     let b = client(&meta_url, &place);
-    same(&read_file(&b, ROOT_INO, "kept"), b"written while the store was up");
+    same(
+        &read_file(&b, ROOT_INO, "kept"),
+        b"written while the store was up",
+    );
     b.shutdown().unwrap();
     let _ = a.shutdown();
     let _ = std::fs::remove_dir_all(&place.cache);

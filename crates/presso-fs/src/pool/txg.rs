@@ -112,6 +112,11 @@ impl Txgs {
         }
     }
 
+    /// The number of the last group committed.
+    pub fn last_committed(&self) -> u64 {
+        self.state.lock().committed
+    }
+
     /// Holds the open group open until the returned guard is dropped (briefly: a frame's
     /// append and the queuing of its op). Do not wait for a commit while holding it.
     pub fn hold(&self) -> TxgHold<'_> {

@@ -87,12 +87,7 @@ impl Vfs {
         // Forget files nobody has open whose every op is committed: the metadata answers now.
         files.retain(|_, node| {
             let st = node.state.lock();
-            !(st.open == 0
-                && st.overlay.is_empty()
-                && st.cleared.is_empty()
-                && st.inflight == 0
-                && !st.size_dirty
-                && st.queued_in <= number)
+            !(st.open == 0 && st.all_committed(number))
         });
     }
 

@@ -71,6 +71,19 @@ pub(super) struct FileState {
     pub(super) settings: Option<(u64, CodecSpec, JobOptions)>,
 }
 
+impl FileState {
+    /// Whether everything of the file this client had is in the metadata, up to group
+    /// `committed`: nothing buffered, compressing, stored but uncommitted, truncated or resized
+    /// that the metadata does not have yet.
+    pub(super) fn all_committed(&self, committed: u64) -> bool {
+        self.overlay.is_empty()
+            && self.cleared.is_empty()
+            && self.inflight == 0
+            && !self.size_dirty
+            && self.queued_in <= committed
+    }
+}
+
 /// The record index an [`OpTag`] carries when it ends a truncate rather than names a record.
 pub(super) const CLEARING: u64 = u64::MAX;
 

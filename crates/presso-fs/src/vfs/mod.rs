@@ -298,7 +298,24 @@ impl Vfs {
     /// Opens a regular file and returns a handle number.
     pub fn open(&self, ino: u64) -> Result<u64> {
         let node = self.node(ino)?;
+        if self.pool.client().is_some() {
+            self.refresh_size(&node)?;
+        }
         Ok(self.opened(&node))
+    }
+
+    /// In a shared pool, takes the committed size of a file this client holds nothing
+    /// unsaved of (it is open here already, so its node stayed): another client may have
+    /// changed it, and an open must see what was closed before it (close-to-open). Its record
+    /// map is read from the metadata anyway when nothing unsaved covers a record.
+    fn refresh_size(&self, node: &Arc<FileNode>) -> Result<()> {
+        let committed = self.pool.getattr(node.ino)?.size;
+        let group = self.pool.txgs().last_committed();
+        let mut st = node.state.lock();
+        if st.all_committed(group) {
+            st.size = committed;
+        }
+        Ok(())
     }
 
     /// Opens the regular file just created in directory `parent` with attributes `attr` (as

@@ -21,6 +21,11 @@ impl Vfs {
     pub(super) fn with_live_size(&self, mut attr: Attr) -> Attr {
         if let Some(node) = self.files.lock().get(&attr.ino).cloned() {
             let st = node.state.lock();
+            // In a shared pool another client may have changed a file this one holds nothing
+            // unsaved of: the metadata's size is the one to tell.
+            if self.pool.client().is_some() && st.all_committed(self.pool.txgs().last_committed()) {
+                return attr;
+            }
             attr.size = st.size;
             if st.size_dirty {
                 attr.mtime = st.mtime;
