@@ -4,8 +4,8 @@
 //! A mount registers a new client in the metadata, which gives it a number no client had
 //! before and with it a range of segment numbers of its own ([`SegmentRange::of_client`]): it
 //! appends only there, and reads every client's segments. Its local directory (lock, staging of
-//! bytes not yet uploaded, control socket) is `CACHE/POOL-ID/client-N`. While mounted it beats every
-//! [`heartbeat_interval`]; unmount ends its session. A client that mounts takes others silent
+//! bytes not yet uploaded, control socket) is `CACHE/POOL-ID/client-N`. While mounted it beats
+//! every [`heartbeat_interval`]; unmount ends its session. A client that mounts takes others silent
 //! for longer than its client timeout for stopped: it removes the files they kept open after
 //! unlinking them, ends their sessions, and removes their local directories on this machine.
 
@@ -42,7 +42,7 @@ pub const DEFAULT_CLIENT_TIMEOUT: Duration = Duration::from_secs(60);
 /// directory as a Presso client's (the CLI finds a mount's daemon through it).
 pub const CLIENT_FILE: &str = "presso.client";
 
-/// Bytes of other segments' objects a client keeps in memory for reads.
+/// Bytes of segments read back from the object store that a client keeps in memory.
 const OBJECT_CACHE_BYTES: u64 = 64 << 20;
 
 /// One mount's session in a shared pool.

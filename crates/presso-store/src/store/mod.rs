@@ -26,8 +26,11 @@ use crate::segment::{
     SEGMENT_HEADER_LEN,
 };
 
+mod config;
 mod open;
 mod segments;
+
+pub use config::{SegmentRange, StoreConfig, CLIENT_SHIFT};
 
 use open::{
     create_own_segment, entry_bytes, fix_tail, lock_dir, open_sealed_segment, read_pool_header,
@@ -38,66 +41,6 @@ use open::{
 pub const DEFAULT_SEGMENT_SIZE: u64 = 256 << 20;
 /// Number of the first segment of a pool.
 pub const FIRST_SEGMENT: u64 = 1;
-
-/// Settings for opening a store (not stored in the pool).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StoreConfig {
-    /// An append that would take the open segment past this size goes to a new segment (an
-    /// entry larger than this gets a segment of its own).
-    pub segment_size: u64,
-    /// The segment numbers this store appends to, recovers and collects: all of them for a pool
-    /// with one writer. In a pool shared by several writers each has a range of its own
-    /// ([`SegmentRange::of_client`]); segments outside it are only read.
-    pub own_segments: SegmentRange,
-}
-
-impl Default for StoreConfig {
-    fn default() -> Self {
-        Self {
-            segment_size: DEFAULT_SEGMENT_SIZE,
-            own_segments: SegmentRange::ALL,
-        }
-    }
-}
-
-/// Bits of a segment number below a shared pool's client number: each client numbers its
-/// segments from `client << CLIENT_SHIFT`, so it can make 2^40 - 1 of them.
-pub const CLIENT_SHIFT: u32 = 40;
-
-/// Segment numbers `start..end`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SegmentRange {
-    /// The first number.
-    pub start: u64,
-    /// One past the last number.
-    pub end: u64,
-}
-
-impl SegmentRange {
-    /// Every segment number.
-    pub const ALL: SegmentRange = SegmentRange {
-        start: FIRST_SEGMENT,
-        end: u64::MAX,
-    };
-
-    /// The numbers of client `client` (1 to 2^23 - 1) of a shared pool; `None` for other
-    /// numbers. Client 0 would overlap the numbers of a pool with one writer.
-    pub fn of_client(client: u64) -> Option<SegmentRange> {
-        if client == 0 || client >= 1 << (63 - CLIENT_SHIFT) {
-            return None;
-        }
-        let start = client << CLIENT_SHIFT;
-        Some(SegmentRange {
-            start: start + FIRST_SEGMENT,
-            end: start + (1 << CLIENT_SHIFT),
-        })
-    }
-
-    /// Whether `segment` is in the range.
-    pub fn contains(&self, segment: u64) -> bool {
-        (self.start..self.end).contains(&segment)
-    }
-}
 
 /// Where an entry lives: what the metadata records for a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
