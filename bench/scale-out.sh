@@ -9,8 +9,9 @@
 #            write) against the logical bytes written: the network saving of compressing on
 #            the client
 #   metadata every client creates PRESSO_SCALEOUT_FILES small files (default 2,000) in its own
-#            directory, then stats them: operations per second, and the same on a pool in a
-#            directory (SQLite) mounted alone, for comparison
+#            directory, then stats them: operations per second
+# and all of it once more on a pool in a directory (SQLite, segments on the local disk) mounted
+# alone, for comparison.
 #
 #   bench/scale-out.sh CORPUS_DIR [CLIENTS="1 2 4"] [WORK_DIR=/var/tmp/presso-scaleout-bench]
 #
@@ -44,14 +45,23 @@ while read -r line <&"${SERVERS[0]}"; do
   esac
 done
 [ -n "${meta_base:-}" ] || { echo "the servers did not start" >&2; exit 1; }
+# Runs its arguments in the background; `wait_jobs` waits for those (a plain `wait` would
+# wait for the servers' coprocess too) and fails if one failed.
+jobs_started=()
+background() { "$@" >&2 & jobs_started+=($!); }
+wait_jobs() {
+  local failed=0
+  for pid in "${jobs_started[@]}"; do wait "$pid" || failed=1; done
+  jobs_started=()
+  return $failed
+}
 object_bytes() { echo "bytes $1" >&"${SERVERS[1]}"; read -r objects bytes <&"${SERVERS[0]}"; echo "$bytes"; }
 
 finish() {
   for m in "$work"/mnt-*; do
     grep -qs " $m " /proc/self/mountinfo && { "$presso" unmount "$m" >/dev/null 2>&1 || fusermount3 -uz "$m" || true; }
   done
-  exec {SERVERS[1]}>&- 2>/dev/null || true
-  wait 2>/dev/null || true
+  [ -z "${SERVERS_PID:-}" ] || { exec {SERVERS[1]}>&- 2>/dev/null; wait "$SERVERS_PID" 2>/dev/null; } || true
 }
 trap finish EXIT INT TERM
 
@@ -72,9 +82,9 @@ for n in $clients_list; do
   # write: every client its own copy, at once
   s=$(now)
   for i in $(seq 1 "$n"); do
-    ( cp -r "$corpus" "$work/mnt-$i/c$i" && sync -f "$work/mnt-$i/c$i" ) &
+    background sh -c 'cp -r "$1" "$2" && sync -f "$2"' copy "$corpus" "$work/mnt-$i/c$i"
   done
-  wait
+  wait_jobs
   e=$(now)
   write_s=$(echo "$e - $s" | bc)
   sent=$(object_bytes "$tag")
@@ -83,25 +93,25 @@ for n in $clients_list; do
   s=$(now)
   for i in $(seq 1 "$n"); do
     j=$(( i % n + 1 ))
-    ( diff -r "$corpus" "$work/mnt-$i/c$j" >/dev/null || { echo "MISMATCH: client $i reading c$j" >&2; exit 1; } ) &
+    background diff -r "$corpus" "$work/mnt-$i/c$j"
   done
-  wait
+  wait_jobs || { echo "MISMATCH: a client read another's copy differently" >&2; exit 1; }
   e=$(now)
   read_s=$(echo "$e - $s" | bc)
   # metadata: small files, every client in its own directory, at once
   for i in $(seq 1 "$n"); do mkdir "$work/mnt-$i/small$i"; done
   s=$(now)
   for i in $(seq 1 "$n"); do
-    python3 bench/lib/many_files.py create "$work/mnt-$i/small$i" "$small" "$small" >/dev/null &
+    background python3 bench/lib/many_files.py create "$work/mnt-$i/small$i" "$small" "$small"
   done
-  wait
+  wait_jobs
   e=$(now)
   create_s=$(echo "$e - $s" | bc)
   s=$(now)
   for i in $(seq 1 "$n"); do
-    python3 bench/lib/many_files.py stat "$work/mnt-$i/small$i" "$small" "$small" >/dev/null &
+    background python3 bench/lib/many_files.py stat "$work/mnt-$i/small$i" "$small" "$small"
   done
-  wait
+  wait_jobs
   e=$(now)
   stat_s=$(echo "$e - $s" | bc)
   for i in $(seq 1 "$n"); do "$presso" unmount "$work/mnt-$i" >/dev/null; done
@@ -112,6 +122,12 @@ done
 mkdir -p "$work/mnt-local"
 "$presso" create "$work/local-pool" -o compression="$compression" >/dev/null
 "$presso" mount "$work/local-pool" "$work/mnt-local" >/dev/null
+s=$(now); cp -r "$corpus" "$work/mnt-local/c" && sync -f "$work/mnt-local/c"; e=$(now)
+local_write=$(echo "$e - $s" | bc)
+drop
+s=$(now); diff -r "$corpus" "$work/mnt-local/c" >&2; e=$(now)
+local_read=$(echo "$e - $s" | bc)
+local_stored=$("$presso" status --json "$work/mnt-local" | python3 -c 'import json,sys; print(json.load(sys.stdin)["disk_bytes"])')
 mkdir "$work/mnt-local/small"
 local_create=$(python3 bench/lib/many_files.py create "$work/mnt-local/small" "$small" "$small")
 local_stat=$(python3 bench/lib/many_files.py stat "$work/mnt-local/small" "$small" "$small")
@@ -125,5 +141,6 @@ while IFS=$'\t' read -r n w r sent c st; do
   printf '| %s | %s | %s | %.3f | %.0f | %.0f |\n' "$n" "$(mb $(( logical * n )) "$w")" "$(mb $(( logical * n )) "$r")" \
     "$(echo "$sent / ($logical * $n)" | bc -l)" "$(echo "$small * $n / $c" | bc -l)" "$(echo "$small * $n / $st" | bc -l)"
 done < "$results"
-printf '| pool in a directory (SQLite), one mount | | | | %.0f | %.0f |\n' \
+printf '| pool in a directory (SQLite), one mount | %s | %s | %.3f (segment files) | %.0f | %.0f |\n' \
+  "$(mb "$logical" "$local_write")" "$(mb "$logical" "$local_read")" "$(echo "$local_stored / $logical" | bc -l)" \
   "$(echo "$small / $local_create" | bc -l)" "$(echo "$small / $local_stat" | bc -l)"
