@@ -38,6 +38,28 @@ pub struct Throughput {
     pub read_bytes_per_sec: f64,
 }
 
+/// One client of a shared pool, as its session shows it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ClientStatus {
+    /// The client's number.
+    pub id: u64,
+    /// The host it runs on.
+    pub host: String,
+    /// Its daemon's process id there.
+    pub pid: u32,
+    /// Seconds since its last heartbeat.
+    pub silent_secs: i64,
+}
+
+/// A shared pool's clients, as the mount asked sees them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SharedStatus {
+    /// This mount's client number.
+    pub client: u64,
+    /// Every registered client, this one included.
+    pub clients: Vec<ClientStatus>,
+}
+
 /// Everything `presso status` shows.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Status {
@@ -113,6 +135,10 @@ pub struct Status {
     pub accelerator: Option<String>,
     /// The engine's full counters since open.
     pub engine: StatsSnapshot,
+    /// For a shared pool: this client and the others (garbage and on-disk bytes above are this
+    /// client's own segments').
+    #[serde(default)]
+    pub shared: Option<SharedStatus>,
 }
 
 impl Status {
@@ -154,6 +180,27 @@ impl Status {
             Some(v) => v.lifetime_work()?,
             None => Work::stored(pool.meta())?,
         };
+        let shared = match pool.client() {
+            Some(c) => {
+                let now = presso_meta::Timespec::now().secs;
+                let clients = pool
+                    .meta()
+                    .clients()?
+                    .into_iter()
+                    .map(|s| ClientStatus {
+                        id: s.id,
+                        host: s.host,
+                        pid: s.pid,
+                        silent_secs: now.saturating_sub(s.heartbeat),
+                    })
+                    .collect();
+                Some(SharedStatus {
+                    client: c.id(),
+                    clients,
+                })
+            }
+            None => None,
+        };
         Ok(Status {
             pool: pool.describe(),
             mountpoint,
@@ -186,6 +233,7 @@ impl Status {
             space_low: vfs.is_some_and(|v| v.space_low()),
             accelerator: engine.accelerator.name.clone(),
             engine,
+            shared,
         })
     }
 }

@@ -24,8 +24,9 @@ not durable yet), throughput{written_bytes, read_bytes,
 write_bytes_per_sec, read_bytes_per_sec}, work and lifetime (since the mount, and over the pool's
 life: written_bytes, read_bytes, records_compressed, records_offloaded, compressed_bytes,
 frame_bytes, compress_cpu_ns, records_decoded, decoded_bytes, decode_cpu_ns), cost and
-lifetime_cost (compress_cpu_s_per_gb, decode_cpu_s_per_gb, saved_mb_per_cpu_s), and the engine's
-full counters under engine. The space figures, codecs[] and lifetime cover the whole pool; the
+lifetime_cost (compress_cpu_s_per_gb, decode_cpu_s_per_gb, saved_mb_per_cpu_s), the engine's
+full counters under engine, and for a shared pool shared{client, clients[]{id, host, pid,
+silent_secs}}. The space figures, codecs[] and lifetime cover the whole pool; the
 other counters count since the pool was mounted (or opened).")]
 pub struct StatusArgs {
     /// A pool directory or a mount point.
@@ -73,6 +74,29 @@ pub fn render(s: &Status) -> String {
         "mounted     {}",
         s.mountpoint.as_deref().unwrap_or("no")
     );
+    if let Some(shared) = &s.shared {
+        let others: Vec<String> = shared
+            .clients
+            .iter()
+            .filter(|c| c.id != shared.client)
+            .map(|c| {
+                format!(
+                    "{} ({} pid {}, beat {} s ago)",
+                    c.id, c.host, c.pid, c.silent_secs
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "shared      client {}; other clients: {}",
+            shared.client,
+            if others.is_empty() {
+                "none".to_string()
+            } else {
+                others.join(", ")
+            }
+        );
+    }
     let _ = writeln!(out, "logical     {}", human(s.logical_bytes));
     let _ = writeln!(out, "stored      {}", human(s.stored_bytes));
     let _ = writeln!(

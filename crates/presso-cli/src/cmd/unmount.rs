@@ -124,6 +124,14 @@ pub fn run(args: UnmountArgs) -> Result<()> {
             path.display()
         );
     }
+    // A shared pool's client directory names the pool; it goes with the client at unmount.
+    let pool_name = std::fs::read_to_string(mount.pool.join(presso_fs::pool::CLIENT_FILE))
+        .ok()
+        .and_then(|text| {
+            let at = text.split_once(" shared pool at ")?.1.trim();
+            Some(format!("the shared pool at {at}"))
+        })
+        .unwrap_or_else(|| mount.pool.display().to_string());
     let mut unmounted = detach(&path, false)?;
     // A dead daemon serves nothing and holds nothing to flush: a file still open on its mount
     // (which can only fail now) must not keep the mount point from being used again.
@@ -152,9 +160,8 @@ pub fn run(args: UnmountArgs) -> Result<()> {
         );
     } else if daemon_alive {
         println!(
-            "unmounted {}; everything written is in {}",
-            path.display(),
-            mount.pool.display()
+            "unmounted {}; everything written is in {pool_name}",
+            path.display()
         );
     } else {
         println!(

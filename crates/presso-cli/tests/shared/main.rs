@@ -109,7 +109,11 @@ impl Client {
     }
 
     fn unmount(&mut self) {
-        exec(presso().arg("unmount").arg(&self.mnt)).ok();
+        let out = exec(presso().arg("unmount").arg(&self.mnt)).ok();
+        assert!(
+            out.contains("is in the shared pool at postgres://"),
+            "{out}"
+        );
         self.mounted = false;
         assert!(!is_mounted(&self.mnt));
     }
@@ -206,8 +210,22 @@ fn two_mounts_of_one_pool_see_each_others_files() {
         .exists()));
 
     // The CLI finds each mount's own daemon.
-    let status = exec(presso().args(["status", "--json"]).arg(&a.mnt)).ok();
-    assert!(status.contains("\"mountpoint\""), "{status}");
+    let status: serde_json::Value =
+        serde_json::from_str(&exec(presso().args(["status", "--json"]).arg(&a.mnt)).ok()).unwrap();
+    let shared = &status["shared"];
+    let ids: Vec<u64> = shared["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 2, "{shared}");
+    assert!(
+        ids.contains(&shared["client"].as_u64().unwrap()),
+        "{shared}"
+    );
+    let text = exec(presso().arg("status").arg(&b.mnt)).ok();
+    assert!(text.contains("other clients: "), "{text}");
     let gc = exec(presso().args(["gc"]).arg(&b.mnt));
     assert!(!gc.status.success(), "gc of a shared pool is refused");
     assert!(gc.stderr.contains("lease"), "{}", gc.stderr);
