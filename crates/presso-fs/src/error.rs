@@ -58,6 +58,12 @@ pub enum FsError {
     /// No data at or after the offset (`SEEK_DATA`/`SEEK_HOLE` past the end: `ENXIO`).
     #[error("no data at or after that offset")]
     NoData,
+    /// A lock another owner holds (`EAGAIN`).
+    #[error("the range is locked by another owner")]
+    WouldBlock,
+    /// A wait given up because the process that asked is gone (`EINTR`).
+    #[error("interrupted: the waiting process is gone")]
+    Interrupted,
     /// Not supported by this file system.
     #[error("operation not supported: {0}")]
     Unsupported(&'static str),
@@ -156,6 +162,8 @@ impl FsError {
             FsError::FileTooLarge => libc::EFBIG,
             FsError::NoData => libc::ENXIO,
             FsError::Unsupported(_) => libc::EOPNOTSUPP,
+            FsError::WouldBlock => libc::EAGAIN,
+            FsError::Interrupted => libc::EINTR,
             FsError::Deferred(e) | FsError::Shared(e) => e.errno(),
             FsError::EngineStart(_)
             | FsError::IncompletePool(_)

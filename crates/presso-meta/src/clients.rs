@@ -3,8 +3,8 @@
 //! others can tell a client that stopped from one that is still there.
 //!
 //! Sessions are rows of the property table under [`CLIENTS_INO`], a number no inode gets, one
-//! per client, named by the client's number in decimal; client numbers come from a counter and
-//! are never reused.
+//! per client, named by the client's number in decimal (rows named with `$` there are other
+//! records, see `locks`); client numbers come from a counter and are never reused.
 
 use std::sync::atomic::Ordering;
 
@@ -148,6 +148,8 @@ impl MetaStore {
             let mut all = tx
                 .list_props(CLIENTS_INO)?
                 .into_iter()
+                // Rows named with `$` are other records kept there (the lock index).
+                .filter(|(name, _)| !name.starts_with('$'))
                 .map(|(name, value)| {
                     let id = name.parse().map_err(|_| {
                         MetaError::Corrupt(format!("client session named {name:?}"))

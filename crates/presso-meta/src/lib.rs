@@ -16,8 +16,8 @@
 //!   the struct and its constructors; its methods live in one private module per concern:
 //!   `namespace` (lookups, node creation, links, removal, readdir, setattr, orphans), `rename`,
 //!   `xattr`, `records` (record map and pool-wide record views), `txg` (transaction groups),
-//!   `props` (properties), `accounting` (space counters) and `clients` (the sessions of a
-//!   shared pool's clients). The plain data types of the API are
+//!   `props` (properties), `accounting` (space counters), `clients` (the sessions of a
+//!   shared pool's clients) and `locks` (byte-range locks shared by its clients). The plain data types of the API are
 //!   in `types`.
 //! - Engines: [`sqlite::SqliteEngine`] (durable, WAL; the embedded default),
 //!   [`postgres::PostgresEngine`] (a pool shared by many clients) and [`memory::MemoryEngine`]
@@ -78,6 +78,7 @@ mod accounting;
 mod clients;
 pub mod engine;
 mod error;
+mod locks;
 pub mod memory;
 mod namespace;
 pub mod postgres;
@@ -97,6 +98,7 @@ pub use engine::{
     Timespec, Txn, POOL_INO, ROOT_INO, STATISTICS_PREFIX,
 };
 pub use error::{MetaError, Result};
+pub use locks::{ByteLock, LockKind, LockOwner};
 pub use sqlite::{SqliteOptions, Synchronous, SCHEMA_VERSION};
 pub use types::{
     Attr, DirEntry, EffectiveProp, LinkFate, NewNode, SetAttr, SpaceUsage, TxgOp, TxgOutcome,

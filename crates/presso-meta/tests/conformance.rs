@@ -137,7 +137,92 @@ conformance!(
     statistics_add_up_and_stay_apart_from_accounting,
     client_sessions_register_beat_and_end,
     orphans_of_a_stopped_client_go_with_it,
+    locks_conflict_split_and_go_with_their_owner,
 );
+
+fn locks_conflict_split_and_go_with_their_owner(s: &MetaStore) {
+    use presso_meta::{LockKind::*, LockOwner};
+    let f = file(s, ROOT_INO, "f");
+    let a = LockOwner {
+        client: 1,
+        owner: 7,
+    };
+    let b = LockOwner {
+        client: 2,
+        owner: 7,
+    };
+    let a2 = LockOwner {
+        client: 1,
+        owner: 8,
+    };
+    assert_eq!(s.set_lock(f, a, Some(Write), (0, 100), 11).unwrap(), None);
+    // Another owner, on this client or another, meets it.
+    let held = s
+        .set_lock(f, b, Some(Read), (50, 60), 22)
+        .unwrap()
+        .expect("conflict");
+    assert_eq!(
+        (held.owner, held.kind, held.start, held.end, held.pid),
+        (a, Write, 0, 100, 11)
+    );
+    assert!(s
+        .set_lock(f, a2, Some(Read), (99, 101), 33)
+        .unwrap()
+        .is_some());
+    assert_eq!(
+        s.test_lock(f, b, Write, 0, 10).unwrap().map(|l| l.owner),
+        Some(a)
+    );
+    assert_eq!(
+        s.test_lock(f, a, Write, 0, 10).unwrap(),
+        None,
+        "an owner never meets itself"
+    );
+    assert_eq!(
+        s.set_lock(f, b, Some(Read), (100, u64::MAX), 22).unwrap(),
+        None
+    );
+    // Read locks share; a write lock meets them.
+    assert_eq!(s.set_lock(f, a2, Some(Read), (200, 300), 33).unwrap(), None);
+    assert_eq!(
+        s.test_lock(f, a, Write, 250, 251).unwrap().map(|l| l.kind),
+        Some(Read)
+    );
+    // Unlocking the middle splits a's lock in two.
+    assert_eq!(s.set_lock(f, a, None, (20, 30), 11).unwrap(), None);
+    assert_eq!(s.set_lock(f, b, Some(Write), (20, 30), 22).unwrap(), None);
+    assert!(s
+        .set_lock(f, b, Some(Write), (19, 20), 22)
+        .unwrap()
+        .is_some());
+    assert!(s
+        .set_lock(f, b, Some(Write), (30, 31), 22)
+        .unwrap()
+        .is_some());
+    // Closing the file as a removes all of a's locks, none of the others'.
+    s.unlock_all(f, a).unwrap();
+    assert_eq!(s.set_lock(f, b, Some(Write), (0, 20), 22).unwrap(), None);
+    assert_eq!(
+        s.test_lock(f, a, Write, 250, 251).unwrap().map(|l| l.owner),
+        Some(a2)
+    );
+    // Client 2 stopped: its locks go, client 1's stay; sessions still list.
+    s.release_client_locks(2).unwrap();
+    assert_eq!(s.test_lock(f, a, Write, 0, 100).unwrap(), None);
+    assert_eq!(
+        s.test_lock(f, b, Write, 0, 1000).unwrap().map(|l| l.owner),
+        Some(a2)
+    );
+    assert!(s.clients().unwrap().is_empty());
+    assert_eq!(
+        s.set_lock(f, a, Some(Read), (5, 5), 1).unwrap_err(),
+        MetaError::InvalidArgument("a lock's range ends before it starts".into())
+    );
+    // Locks go with their file.
+    s.unlink(ROOT_INO, b"f", &closed).unwrap();
+    assert_eq!(s.test_lock(f, b, Write, 0, 1), Err(MetaError::NotFound));
+    s.release_client_locks(1).unwrap();
+}
 
 fn orphans_of_a_stopped_client_go_with_it(s: &MetaStore) {
     s.act_as_client(5);

@@ -356,3 +356,109 @@ fn a_killed_client_loses_nothing_it_synced_and_the_others_clean_up_after_it() {
     assert!(status.contains("\"mountpoint\""), "{status}");
     assert_bytes_eq(&read(&c.p("synced")), &synced, "a's fsync'd file on c");
 }
+
+/// `fcntl` on `file`: `cmd` (F_SETLK, F_SETLKW, F_GETLK) with a lock of type `typ` on
+/// `start..start+len` (len 0: to the end); the lock back (for F_GETLK) or the errno.
+fn fcntl_lock(
+    file: &std::fs::File,
+    cmd: i32,
+    typ: i32,
+    start: i64,
+    len: i64,
+) -> Result<libc::flock, i32> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a zeroed flock is a valid value; the fields set below are all fcntl reads.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = typ as i16;
+    fl.l_whence = libc::SEEK_SET as i16;
+    fl.l_start = start;
+    fl.l_len = len;
+    // SAFETY: the descriptor is open while `file` is; `fl` outlives the call.
+    let r = unsafe { libc::fcntl(file.as_raw_fd(), cmd, &mut fl) };
+    if r == 0 {
+        Ok(fl)
+    } else {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+    }
+}
+
+fn flock(file: &std::fs::File, op: i32) -> Result<(), i32> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: the descriptor is open while `file` is.
+    match unsafe { libc::flock(file.as_raw_fd(), op) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0)),
+    }
+}
+
+#[test]
+fn locks_hold_across_clients() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let pool = SharedPool::create("locks", &[]);
+    let a = pool.mount("a");
+    let b = pool.mount("b");
+    std::fs::write(a.p("f"), b"locked data").unwrap();
+    let open = |c: &Client| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(c.p("f"))
+            .unwrap()
+    };
+
+    // POSIX: a's write lock on bytes 0..100 keeps b out of them, not out of the rest.
+    let fa = open(&a);
+    fcntl_lock(&fa, libc::F_SETLK, libc::F_WRLCK, 0, 100).unwrap();
+    let fb = open(&b);
+    assert_eq!(
+        fcntl_lock(&fb, libc::F_SETLK, libc::F_RDLCK, 50, 10).unwrap_err(),
+        libc::EAGAIN
+    );
+    fcntl_lock(&fb, libc::F_SETLK, libc::F_WRLCK, 100, 0).unwrap();
+    let held = fcntl_lock(&fb, libc::F_GETLK, libc::F_WRLCK, 0, 10).unwrap();
+    assert_eq!(
+        (
+            held.l_type as i32,
+            held.l_start,
+            held.l_len,
+            held.l_pid as u32
+        ),
+        (libc::F_WRLCK, 0, 100, std::process::id())
+    );
+    // A waiting lock on b is granted when a closes the file (which drops a's locks), not
+    // before.
+    let released = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let fb2 = open(&b);
+            fcntl_lock(&fb2, libc::F_SETLKW, libc::F_WRLCK, 0, 100).unwrap();
+            assert!(
+                released.load(Ordering::SeqCst),
+                "granted while a still held it"
+            );
+            fcntl_lock(&fb2, libc::F_SETLK, libc::F_UNLCK, 0, 0).unwrap();
+        });
+        // Still waiting after a while; then a lets go.
+        assert!(!wait_until(Duration::from_millis(500), || waiter.is_finished()));
+        released.store(true, Ordering::SeqCst);
+        drop(fa);
+        waiter.join().unwrap();
+    });
+    drop(fb);
+
+    // flock: an exclusive lock on a keeps b's out until a's file is closed.
+    let fa = open(&a);
+    flock(&fa, libc::LOCK_EX).unwrap();
+    let fb = open(&b);
+    assert_eq!(
+        flock(&fb, libc::LOCK_EX | libc::LOCK_NB).unwrap_err(),
+        libc::EWOULDBLOCK
+    );
+    drop(fa);
+    assert!(wait_until(Duration::from_secs(5), || flock(
+        &fb,
+        libc::LOCK_EX | libc::LOCK_NB
+    )
+    .is_ok()));
+    flock(&fb, libc::LOCK_UN).unwrap();
+}

@@ -41,8 +41,8 @@ pub fn mount_config(
 }
 
 /// What the daemon asks of the kernel at INIT: large writes and read-ahead, the writeback cache
-/// (unless `shared`), parallel directory operations, listings with attributes, and suid/sgid
-/// handling in the daemon.
+/// (unless `shared`; locks instead), parallel directory operations, listings with attributes,
+/// and suid/sgid handling in the daemon.
 pub fn configure_kernel(config: &mut KernelConfig, shared: bool) {
     let _ = config.set_max_write(1 << 20);
     let _ = config.set_max_readahead(1 << 20);
@@ -52,6 +52,10 @@ pub fn configure_kernel(config: &mut KernelConfig, shared: bool) {
     // file grow on another client.
     if !shared {
         let _ = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE);
+    } else {
+        // Locks must hold across clients, so they go to the daemon, which keeps them in the
+        // metadata; with one daemon the kernel keeps them itself.
+        let _ = config.add_capabilities(InitFlags::FUSE_POSIX_LOCKS | InitFlags::FUSE_FLOCK_LOCKS);
     }
     let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
     // Listings carry each entry's attributes when the kernel expects them to be used (the

@@ -19,8 +19,8 @@ use crossbeam_channel::{unbounded, Sender};
 use fuser::{
     BsdFileFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
     LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use presso_meta::{FileKind, NewNode, SetAttr, Timespec};
 
@@ -338,10 +338,18 @@ impl Filesystem for PressoFs {
         _req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
-        _owner: LockOwner,
+        owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        empty(reply, self.vfs.flush(ino.0));
+        if self.vfs.pool().client().is_none() {
+            return empty(reply, self.vfs.flush(ino.0));
+        }
+        // A shared pool's close commits the file and drops the closing process's locks: work
+        // for a worker, not for a session thread.
+        self.spawn(move |vfs| {
+            let unlocked = vfs.unlock_owner(ino.0, owner.0);
+            empty(reply, vfs.flush(ino.0).and(unlocked));
+        });
     }
 
     fn release(
@@ -350,11 +358,63 @@ impl Filesystem for PressoFs {
         ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
+        lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        empty(reply, self.vfs.release(ino.0, fh.0));
+        // The last close of an open file ends its `flock`.
+        let unlocked = lock_owner.map_or(Ok(()), |o| self.vfs.unlock_owner(ino.0, o.0));
+        empty(reply, self.vfs.release(ino.0, fh.0).and(unlocked));
+    }
+
+    fn getlk(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        reply: ReplyLock,
+    ) {
+        self.spawn(
+            move |vfs| match vfs.getlk(ino.0, lock_owner.0, (start, end), typ, pid) {
+                Ok((start, end, typ, pid)) => reply.locked(start, end, typ, pid),
+                Err(e) => reply.error(errno(&e)),
+            },
+        );
+    }
+
+    fn setlk(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let task = move |vfs: Arc<Vfs>| {
+            empty(
+                reply,
+                vfs.setlk(ino.0, lock_owner.0, (start, end), typ, pid, sleep),
+            )
+        };
+        if !sleep {
+            return self.spawn(task);
+        }
+        // A wait for a lock may last: it gets a thread of its own, so that waiters never hold
+        // up the workers the lock's holder needs to get on and let go of it.
+        let vfs = self.vfs.clone();
+        let _ = std::thread::Builder::new()
+            .name("presso-lockwait".into())
+            .spawn(move || task(vfs));
     }
 
     fn fsync(

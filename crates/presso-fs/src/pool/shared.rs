@@ -253,7 +253,7 @@ fn objects_at(location: &str, place: &ClientPlace) -> Result<Arc<Objects>> {
 }
 
 /// Takes every other client silent for longer than `timeout` for stopped: removes the files it
-/// kept open after their names were gone, then its session; and removes the local directories
+/// kept open after their names were gone and its locks, then its session; and removes the local directories
 /// of clients of this machine that have no session any more (their staging held nothing
 /// committed). Returns the clients ended.
 fn clean_up_after_stopped(
@@ -271,8 +271,10 @@ fn clean_up_after_stopped(
             live.insert(s.id);
             continue;
         }
-        // Orphans first: a client that stops here finds the session still there next time.
+        // Orphans and locks first: a client that stops here finds the session still there
+        // next time.
         let freed = meta.purge_orphans_of(s.id)?;
+        meta.release_client_locks(s.id)?;
         meta.end_client(s.id)?;
         crate::log!(
             "presso: client {} ({} pid {}) was silent for {silent} s: taken for stopped, {} \

@@ -46,6 +46,7 @@ mod background;
 mod caller;
 mod file;
 mod listing;
+mod locks;
 mod namespace;
 mod read;
 mod settings;
@@ -57,6 +58,7 @@ use background::flusher;
 pub use caller::Caller;
 use file::{wait_compressed, wait_submitted, Budget, FileNode, FileState, Slot, CLEARING};
 use listing::DirListing;
+pub use locks::KernelLock;
 pub use unstored::{Unstored, UnstoredFile};
 
 /// Settings of the file layer.
