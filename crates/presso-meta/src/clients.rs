@@ -20,6 +20,10 @@ pub const CLIENTS_INO: u64 = u64::MAX;
 /// The property an orphan of a shared pool carries: the client that keeps it open.
 pub(crate) const ORPHAN_OF: &str = "$orphan-of";
 
+/// Prefix of the rows under [`CLIENTS_INO`] that hold pool-wide leases: `$lease NAME` =
+/// `CLIENT UNTIL` (seconds since the epoch).
+const LEASE_PREFIX: &str = "$lease ";
+
 /// Counter holding the last client number handed out.
 const COUNTER_LAST_CLIENT: &str = "last_client";
 
@@ -140,6 +144,45 @@ impl MetaStore {
     /// returns whether it existed.
     pub fn end_client(&self, id: u64) -> Result<bool> {
         self.write(|tx| tx.delete_prop(CLIENTS_INO, &id.to_string()))
+    }
+
+    /// Takes or renews the pool-wide lease `name` for client `id`: granted (`Ok(true)`) until
+    /// `now + ttl` seconds when nobody holds it, its holder's time ran out, or `id` holds it
+    /// already. Work on the whole pool (cleaning up after stopped clients) runs under it, so
+    /// one client at a time does it.
+    pub fn take_lease(&self, name: &str, id: u64, now: i64, ttl: i64) -> Result<bool> {
+        let row = format!("{LEASE_PREFIX}{name}");
+        self.write(|tx| {
+            if let Some(value) = tx.get_prop(CLIENTS_INO, &row)? {
+                let bad = || MetaError::Corrupt(format!("lease {name}: {value:?}"));
+                let (holder, until) = value.split_once(' ').ok_or_else(bad)?;
+                let holder: u64 = holder.parse().map_err(|_| bad())?;
+                let until: i64 = until.parse().map_err(|_| bad())?;
+                if holder != id && until >= now {
+                    return Ok(false);
+                }
+            }
+            tx.set_prop(
+                CLIENTS_INO,
+                &row,
+                &format!("{id} {}", now.saturating_add(ttl)),
+            )?;
+            Ok(true)
+        })
+    }
+
+    /// Gives the lease `name` up if client `id` holds it (at unmount).
+    pub fn release_lease(&self, name: &str, id: u64) -> Result<()> {
+        let row = format!("{LEASE_PREFIX}{name}");
+        self.write(|tx| {
+            let held = tx
+                .get_prop(CLIENTS_INO, &row)?
+                .is_some_and(|v| v.split(' ').next() == Some(id.to_string().as_str()));
+            if held {
+                tx.delete_prop(CLIENTS_INO, &row)?;
+            }
+            Ok(())
+        })
     }
 
     /// The sessions of all registered clients, by number.

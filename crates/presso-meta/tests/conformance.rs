@@ -138,7 +138,40 @@ conformance!(
     client_sessions_register_beat_and_end,
     orphans_of_a_stopped_client_go_with_it,
     locks_conflict_split_and_go_with_their_owner,
+    a_lease_has_one_holder_until_its_time_runs_out,
 );
+
+fn a_lease_has_one_holder_until_its_time_runs_out(s: &MetaStore) {
+    assert!(s.take_lease("maintenance", 1, 100, 30).unwrap());
+    assert!(
+        !s.take_lease("maintenance", 2, 110, 30).unwrap(),
+        "held by 1"
+    );
+    assert!(
+        s.take_lease("other", 2, 110, 30).unwrap(),
+        "leases are by name"
+    );
+    assert!(
+        s.take_lease("maintenance", 1, 120, 30).unwrap(),
+        "renewed by its holder"
+    );
+    assert!(
+        !s.take_lease("maintenance", 2, 150, 30).unwrap(),
+        "renewed until 150"
+    );
+    assert!(
+        s.take_lease("maintenance", 2, 151, 30).unwrap(),
+        "1's time ran out"
+    );
+    s.release_lease("maintenance", 1).unwrap();
+    assert!(
+        !s.take_lease("maintenance", 1, 160, 30).unwrap(),
+        "only its holder gives it up"
+    );
+    s.release_lease("maintenance", 2).unwrap();
+    assert!(s.take_lease("maintenance", 1, 160, 30).unwrap());
+    assert!(s.clients().unwrap().is_empty(), "leases are no sessions");
+}
 
 fn locks_conflict_split_and_go_with_their_owner(s: &MetaStore) {
     use presso_meta::{LockKind::*, LockOwner};

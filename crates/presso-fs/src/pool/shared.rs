@@ -5,9 +5,11 @@
 //! before and with it a range of segment numbers of its own ([`SegmentRange::of_client`]): it
 //! appends only there, and reads every client's segments. Its local directory (lock, staging of
 //! bytes not yet uploaded, control socket) is `CACHE/POOL-ID/client-N`. While mounted it beats
-//! every [`heartbeat_interval`]; unmount ends its session. A client that mounts takes others silent
-//! for longer than its client timeout for stopped: it removes the files they kept open after
-//! unlinking them, ends their sessions, and removes their local directories on this machine.
+//! every [`heartbeat_interval`]; unmount ends its session. The work on the whole pool runs under
+//! a lease, by one client at a time, as it mounts and with its heartbeats: it takes others
+//! silent for longer than its client timeout for stopped, removes the files they kept open
+//! after unlinking them and their locks, ends their sessions, and removes their local
+//! directories on this machine.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
@@ -100,7 +102,13 @@ impl SharedClient {
     pub(super) fn start_heartbeat(&self, pool: &Arc<Pool>) -> Result<()> {
         let weak = Arc::downgrade(pool);
         let (id, stop) = (self.id, self.stop.clone());
-        let every = heartbeat_interval(pool.options().client_timeout);
+        let timeout = pool.options().client_timeout;
+        let every = heartbeat_interval(timeout);
+        let pool_dir = self
+            .local
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
         let handle = std::thread::Builder::new()
             .name("presso-heartbeat".into())
             .spawn(move || {
@@ -116,7 +124,11 @@ impl SharedClient {
                         break;
                     }
                     match pool.meta.heartbeat(id, unix_now()) {
-                        Ok(true) => {}
+                        Ok(true) => {
+                            if let Err(e) = maintain(&pool.meta, id, &pool_dir, timeout) {
+                                crate::log!("presso: client {id}: cleaning up failed: {e}");
+                            }
+                        }
                         Ok(false) => crate::log!(
                             "presso: client {id}'s session was ended by another client; \
                              unmount and mount again"
@@ -164,6 +176,7 @@ impl SharedClient {
     /// Stops beating and ends the session: the client is gone.
     pub(super) fn end(&self, meta: &MetaStore) {
         self.stop_heartbeat();
+        let _ = meta.release_lease(MAINTENANCE_LEASE, self.id);
         if let Err(e) = meta.end_client(self.id) {
             crate::log!("presso: cannot end client {}'s session: {e}", self.id);
         }
@@ -252,23 +265,33 @@ fn objects_at(location: &str, place: &ClientPlace) -> Result<Arc<Objects>> {
     Ok(Arc::new(Objects::connect(&url, &opts)?))
 }
 
+/// The lease the work on the whole pool runs under.
+const MAINTENANCE_LEASE: &str = "maintenance";
+
+/// Cleaning up after clients that stopped: the work on the whole pool (their orphans, locks
+/// and sessions) if client `me` holds the maintenance lease or can take it, renewing it for
+/// `timeout`; then, on this machine, the local directories of clients without a session.
+fn maintain(meta: &MetaStore, me: u64, pool_dir: &Path, timeout: Duration) -> Result<()> {
+    if meta.take_lease(
+        MAINTENANCE_LEASE,
+        me,
+        unix_now(),
+        timeout.as_secs().max(1) as i64,
+    )? {
+        end_stopped_clients(meta, me, timeout)?;
+    }
+    remove_directories_of_gone_clients(meta, pool_dir)
+}
+
 /// Takes every other client silent for longer than `timeout` for stopped: removes the files it
-/// kept open after their names were gone and its locks, then its session; and removes the local directories
-/// of clients of this machine that have no session any more (their staging held nothing
-/// committed). Returns the clients ended.
-fn clean_up_after_stopped(
-    meta: &MetaStore,
-    me: u64,
-    pool_dir: &Path,
-    timeout: Duration,
-) -> Result<Vec<u64>> {
+/// kept open after their names were gone and its locks, then its session. Returns the clients
+/// ended.
+fn end_stopped_clients(meta: &MetaStore, me: u64, timeout: Duration) -> Result<Vec<u64>> {
     let now = unix_now();
     let mut ended = Vec::new();
-    let mut live = std::collections::BTreeSet::new();
     for s in meta.clients()? {
         let silent = now.saturating_sub(s.heartbeat);
         if s.id == me || silent <= timeout.as_secs() as i64 {
-            live.insert(s.id);
             continue;
         }
         // Orphans and locks first: a client that stops here finds the session still there
@@ -286,19 +309,27 @@ fn clean_up_after_stopped(
         );
         ended.push(s.id);
     }
-    if let Ok(entries) = std::fs::read_dir(pool_dir) {
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let id = name
-                .to_str()
-                .and_then(|n| n.strip_prefix("client-"))
-                .and_then(|n| n.parse::<u64>().ok());
-            if id.is_some_and(|id| !live.contains(&id)) {
-                let _ = std::fs::remove_dir_all(entry.path());
-            }
+    Ok(ended)
+}
+
+/// Removes the directories under `pool_dir` (this machine's) of clients that have no session
+/// any more: their staging held nothing committed.
+fn remove_directories_of_gone_clients(meta: &MetaStore, pool_dir: &Path) -> Result<()> {
+    let Ok(entries) = std::fs::read_dir(pool_dir) else {
+        return Ok(());
+    };
+    let live: std::collections::BTreeSet<u64> = meta.clients()?.iter().map(|s| s.id).collect();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let id = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("client-"))
+            .and_then(|n| n.parse::<u64>().ok());
+        if id.is_some_and(|id| !live.contains(&id)) {
+            let _ = std::fs::remove_dir_all(entry.path());
         }
     }
-    Ok(ended)
+    Ok(())
 }
 
 impl Pool {
@@ -367,9 +398,7 @@ impl Pool {
         let pool_id = meta.pool_id()?.unwrap_or_else(|| target.schema.clone());
         let pool_dir = place.cache.join(&pool_id);
         let client = SharedClient::register(&meta, |id| pool_dir.join(format!("client-{id}")))?;
-        if let Err(e) =
-            clean_up_after_stopped(&meta, client.id(), &pool_dir, options.client_timeout)
-        {
+        if let Err(e) = maintain(&meta, client.id(), &pool_dir, options.client_timeout) {
             client.end(&meta);
             return Err(e);
         }
