@@ -55,6 +55,18 @@ wait_jobs() {
   jobs_started=()
   return $failed
 }
+# small_files_at_once OP N: clients 1..N run OP (create, stat) on their own PRESSO_SCALEOUT_FILES
+# small files at once; prints the seconds it took.
+small_files_at_once() {
+  local s e
+  s=$(now)
+  for i in $(seq 1 "$2"); do
+    background python3 bench/lib/many_files.py "$1" "$work/mnt-$i/small$i" "$small" "$small"
+  done
+  wait_jobs
+  e=$(now)
+  echo "$e - $s" | bc
+}
 object_bytes() { echo "bytes $1" >&"${SERVERS[1]}"; read -r objects bytes <&"${SERVERS[0]}"; echo "$bytes"; }
 
 finish() {
@@ -100,20 +112,8 @@ for n in $clients_list; do
   read_s=$(echo "$e - $s" | bc)
   # metadata: small files, every client in its own directory, at once
   for i in $(seq 1 "$n"); do mkdir "$work/mnt-$i/small$i"; done
-  s=$(now)
-  for i in $(seq 1 "$n"); do
-    background python3 bench/lib/many_files.py create "$work/mnt-$i/small$i" "$small" "$small"
-  done
-  wait_jobs
-  e=$(now)
-  create_s=$(echo "$e - $s" | bc)
-  s=$(now)
-  for i in $(seq 1 "$n"); do
-    background python3 bench/lib/many_files.py stat "$work/mnt-$i/small$i" "$small" "$small"
-  done
-  wait_jobs
-  e=$(now)
-  stat_s=$(echo "$e - $s" | bc)
+  create_s=$(small_files_at_once create "$n")
+  stat_s=$(small_files_at_once stat "$n")
   for i in $(seq 1 "$n"); do "$presso" unmount "$work/mnt-$i" >/dev/null; done
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$n" "$write_s" "$read_s" "$sent" "$create_s" "$stat_s" >> "$results"
 done

@@ -34,8 +34,9 @@ default 64M): with the engine's queue, these bound the daemon's memory whatever 
 channels=N (threads reading requests from the kernel, each on its own clone of the FUSE device;
 default 2); for a shared pool also cache_dir=DIR (where this machine's clients keep their own
 files; default /var/cache/presso for root, else ~/.cache/presso) and client_timeout=SECONDS
-(how long another client may go without a heartbeat before this one, as it mounts, takes it for
-stopped and removes the files it kept open after unlinking them; default 60) and
+(how long a client may go without a heartbeat before the others take it for stopped and remove
+its locks and the files it kept open after unlinking them; default 60; give every client of a
+pool the same) and
 server_timeout=SECONDS (how long operations wait for PostgreSQL or the object store to come
 back, retrying, before they fail with EIO; default 120).
 The mount is private to its owner otherwise.
@@ -90,7 +91,7 @@ fn parse_options(options: &[String]) -> Result<MountConfig> {
     Ok(parse_all_options(options)?.0)
 }
 
-/// Mount options, and the `cache_dir=` of a shared pool's client if given.
+/// Mount options, and those only a shared pool's client takes.
 fn parse_all_options(options: &[String]) -> Result<(MountConfig, SharedOptions)> {
     let mut config = MountConfig::default();
     let mut shared = SharedOptions::default();
@@ -210,7 +211,7 @@ fn channels(option: &str) -> Result<usize> {
 const MAX_CACHE_TIMEOUT_SECS: f64 = 86400.0;
 
 /// Whether `pool` names a shared pool's metadata rather than a directory.
-pub fn is_shared_url(pool: &Path) -> bool {
+fn is_shared_url(pool: &Path) -> bool {
     pool.to_str()
         .is_some_and(|s| s.starts_with("postgres://") || s.starts_with("postgresql://"))
 }
@@ -454,6 +455,37 @@ mod tests {
             let e = parse_options(&[bad.into()]).unwrap_err();
             assert!(e.to_string().contains("invalid size"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn shared_pool_options_are_checked_and_only_for_shared_pools() {
+        use std::time::Duration;
+        let (c, shared) =
+            parse_all_options(
+                &["cache_dir=/var/cache/x,client_timeout=5,server_timeout=30".into()],
+            )
+            .unwrap();
+        assert_eq!(c.pool.client_timeout, Duration::from_secs(5));
+        assert_eq!(shared.cache_dir, Some(PathBuf::from("/var/cache/x")));
+        assert_eq!(shared.server_timeout, Some(Duration::from_secs(30)));
+        let e = parse_all_options(&["cache_dir=relative".into()]).unwrap_err();
+        assert!(e.to_string().contains("absolute"), "{e}");
+        for bad in [
+            "client_timeout=0",
+            "server_timeout=86401",
+            "server_timeout=soon",
+        ] {
+            let e = parse_all_options(&[bad.into()]).unwrap_err();
+            assert!(e.to_string().contains("from 1 to 86400"), "{bad}: {e}");
+        }
+        let dir = std::env::temp_dir();
+        let e = source(&dir, shared).unwrap_err();
+        assert!(e.to_string().contains("for shared pools"), "{e}");
+        let url = Path::new("postgres://u@h/db?schema=s");
+        assert!(matches!(
+            source(url, SharedOptions::default()).unwrap(),
+            PoolSource::Shared { .. }
+        ));
     }
 
     #[test]

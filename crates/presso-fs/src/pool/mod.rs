@@ -181,12 +181,7 @@ impl Pool {
         meta: &MetaStore,
         properties: &[(String, String)],
     ) -> Result<()> {
-        let properties = properties
-            .iter()
-            .map(|(name, value)| Ok((name.clone(), props::normalize(name, value)?)))
-            .collect::<std::result::Result<Vec<_>, String>>()
-            .map_err(FsError::Property)?;
-        Self::create_on(dir, meta, &properties, StoreConfig::default())
+        Self::create_on(dir, meta, &normalized(properties)?, StoreConfig::default())
     }
 
     /// [`Pool::create_with`] after the properties are normalized, with the store's settings.
@@ -548,6 +543,15 @@ impl Drop for Pool {
     fn drop(&mut self) {
         self.txgs.shut_down();
     }
+}
+
+/// `name=value` pairs in canonical spelling, or the first one that is not a valid property.
+fn normalized(properties: &[(String, String)]) -> Result<Vec<(String, String)>> {
+    properties
+        .iter()
+        .map(|(name, value)| Ok((name.clone(), props::normalize(name, value)?)))
+        .collect::<std::result::Result<Vec<_>, String>>()
+        .map_err(FsError::Property)
 }
 
 fn pool_prop(meta: &MetaStore, name: &str) -> Result<String> {

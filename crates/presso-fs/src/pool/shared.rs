@@ -24,7 +24,6 @@ use presso_store::{FsDir, SegmentRange, StoreConfig};
 
 use super::{OpenReport, Pool, PoolOptions};
 use crate::error::{FsError, Result};
-use crate::props;
 
 /// How often a client of a shared pool tells the others it is alive, at most.
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
@@ -343,11 +342,7 @@ impl Pool {
         place: &ClientPlace,
         properties: &[(String, String)],
     ) -> Result<()> {
-        let properties = properties
-            .iter()
-            .map(|(name, value)| Ok((name.clone(), props::normalize(name, value)?)))
-            .collect::<std::result::Result<Vec<_>, String>>()
-            .map_err(FsError::Property)?;
+        let properties = super::normalized(properties)?;
         let target = PostgresTarget::from_url(meta_url)?;
         let objects = objects_at(data, place)?;
         if let Some((name, _)) = objects.list()?.first() {
