@@ -8,7 +8,7 @@ use presso_meta::{RecordRef, TxgOp};
 use presso_store::SegmentStats;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{FsError, Result};
+use crate::error::Result;
 use crate::pool::Pool;
 use crate::props;
 
@@ -45,17 +45,16 @@ pub struct GcReport {
 /// compare-and-swap that loses to any concurrent overwrite, and readers that meet a removed
 /// segment look the record up again.
 ///
+/// In a shared pool a client collects its own segments only (the store lists no others); other
+/// clients, which read those segments, meet a removed one like a local reader does and look the
+/// record up again. Segment numbers are never reused, so no cached block of a removed segment
+/// can stand for other bytes.
+///
 /// Segments go one at a time, most space freed per byte copied first (the least live share),
 /// each removed before the next is copied: on a nearly full disk a pass needs room for one
 /// segment's live records, not for all of them, and the first segments free the most. A
 /// segment whose live records do not fit in the free space left is skipped (`skipped`).
 pub fn gc(pool: &Pool, min_live: f64, progress: &mut dyn FnMut(Progress)) -> Result<GcReport> {
-    if pool.client().is_some() {
-        return Err(FsError::Unsupported(
-            "garbage collection of a shared pool (it needs the pool-wide lease that lets one \
-             client at a time collect, which is not built yet; nothing was changed)",
-        ));
-    }
     let _one_at_a_time = pool.maintenance_lock();
     pool.refresh_live()?;
     let mut report = GcReport::default();

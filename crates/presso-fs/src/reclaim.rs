@@ -157,10 +157,6 @@ impl Reclaimer {
 
 /// Whether garbage is large enough, in bytes and as a share of the segments, to collect.
 pub fn worth_collecting(pool: &Pool, policy: &ReclaimPolicy) -> bool {
-    if pool.client().is_some() {
-        // Not yet in shared pools: see `maintenance::gc`.
-        return false;
-    }
     let segments = pool.store().all_segment_stats();
     let total: u64 = segments.iter().map(|s| s.total_bytes).sum();
     let garbage: u64 = segments.iter().map(|s| s.dead_bytes).sum();
