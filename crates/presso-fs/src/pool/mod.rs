@@ -69,8 +69,8 @@ pub struct PoolOptions {
     pub segment_size: u64,
     /// How often, while the pool changes, its metadata copy is refreshed (see [`COPY_FILE`]).
     pub metadata_copy_every: Duration,
-    /// In a shared pool: how long another client may go without a heartbeat before a client
-    /// that mounts takes it for stopped and cleans up after it.
+    /// In a shared pool: how long a client may go without a heartbeat before the one holding
+    /// the maintenance lease takes it for stopped and cleans up after it.
     pub client_timeout: Duration,
 }
 
@@ -275,7 +275,10 @@ impl Pool {
             client,
         });
         if let Some(c) = &pool.client {
-            c.start_heartbeat(&pool)?;
+            if let Err(e) = c.start_heartbeat(&pool) {
+                c.end(&pool.meta);
+                return Err(e);
+            }
         }
         let weak = Arc::downgrade(&pool);
         let handle = std::thread::Builder::new()
