@@ -110,6 +110,10 @@ impl Vfs {
         let owner = self.lock_owner(owner)?;
         let kind = kind(typ)?;
         let range = range(start, last);
+        if kind.is_some() {
+            // Before the lock exists, so that a close racing with it still drops it.
+            self.locked_files.lock().insert(ino);
+        }
         let mut pause = Duration::from_millis(10);
         loop {
             if self
@@ -132,9 +136,10 @@ impl Vfs {
     }
 
     /// Removes every lock `owner` holds on `ino`: a close by a process (its POSIX locks) or the
-    /// last close of an open file (its `flock`). Nothing to do outside shared pools.
+    /// last close of an open file (its `flock`). Nothing to do outside shared pools, nor for a
+    /// file this client never locked (most closes).
     pub fn unlock_owner(&self, ino: u64, owner: u64) -> Result<()> {
-        if self.pool.client().is_none() {
+        if self.pool.client().is_none() || !self.locked_files.lock().contains(&ino) {
             return Ok(());
         }
         Ok(self.pool.meta().unlock_all(ino, self.lock_owner(owner)?)?)

@@ -131,6 +131,9 @@ pub struct Vfs {
     pool: Arc<Pool>,
     files: Mutex<HashMap<u64, Arc<FileNode>>>,
     handles: Mutex<HashMap<u64, u64>>,
+    /// Files this client has asked the metadata to lock a range of (shared pools only): a close
+    /// asks it to drop locks only of these, instead of a write transaction per close.
+    locked_files: Mutex<HashSet<u64>>,
     listings: Mutex<HashMap<u64, DirListing>>,
     next_fh: AtomicU64,
     cache: Arc<RecordCache>,
@@ -173,6 +176,7 @@ impl Vfs {
             pool: pool.clone(),
             files: Mutex::new(HashMap::new()),
             handles: Mutex::new(HashMap::new()),
+            locked_files: Mutex::new(HashSet::new()),
             listings: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             config,
