@@ -317,15 +317,22 @@ fn remove_directories_of_gone_clients(meta: &MetaStore, pool_dir: &Path) -> Resu
     let Ok(entries) = std::fs::read_dir(pool_dir) else {
         return Ok(());
     };
+    // The directories first, then the sessions: a client registers before it makes its
+    // directory, so every directory read here belongs to a client the list below has, unless
+    // that client is gone. Listed the other way round, a client mounting in between would lose
+    // its directory.
+    let dirs: Vec<(u64, std::path::PathBuf)> = entries
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name();
+            let id = name.to_str()?.strip_prefix("client-")?.parse().ok()?;
+            Some((id, entry.path()))
+        })
+        .collect();
     let live: std::collections::BTreeSet<u64> = meta.clients()?.iter().map(|s| s.id).collect();
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let id = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("client-"))
-            .and_then(|n| n.parse::<u64>().ok());
-        if id.is_some_and(|id| !live.contains(&id)) {
-            let _ = std::fs::remove_dir_all(entry.path());
+    for (id, path) in dirs {
+        if !live.contains(&id) {
+            let _ = std::fs::remove_dir_all(path);
         }
     }
     Ok(())
