@@ -52,13 +52,20 @@ if [ "$fuzz_seconds" -gt 0 ]; then
         echo "fuzz $target: $(grep -E '^Done [0-9]+ runs' "$log.fuzz" | tail -n 1)"
       else
         tail -n 40 "$log.fuzz"
-        echo "fuzz $target: FAILED (the input is under fuzz/artifacts/$target/)" >&2
+        if grep -q "failed to build fuzz script" "$log.fuzz"; then
+          echo "fuzz $target: FAILED to build (the compiler's message is above)" >&2
+        else
+          echo "fuzz $target: FAILED (the input is under fuzz/artifacts/$target/)" >&2
+        fi
         exit 1
       fi
     done
   else
     echo "skipping the fuzzing run: it needs a nightly toolchain (rustup toolchain install nightly)"
   fi
+else
+  # Not fuzzing, but the fuzz targets must still build against the crates they exercise.
+  cargo check --manifest-path fuzz/Cargo.toml --bins
 fi
 
 # One closing line over every test binary above.

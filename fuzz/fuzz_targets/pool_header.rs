@@ -67,6 +67,7 @@ fuzz_target!(|data: &[u8]| {
         Arc::new(sim.clone()),
         StoreConfig {
             segment_size: 1 << 20,
+            ..StoreConfig::default()
         },
         &Committed::default(),
     );

@@ -149,6 +149,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let config = StoreConfig {
         segment_size: 1 << 20,
+        ..StoreConfig::default()
     };
     let store = match Store::open(Arc::new(sim.clone()), config, &committed) {
         Ok(store) => store,
