@@ -83,6 +83,19 @@ impl MetaStore {
         self.client.load(Ordering::Relaxed)
     }
 
+    /// Refuses write transaction `tx` if this store acts for a client whose session is gone
+    /// ([`MetaError::SessionEnded`]). Every write checks this inside its transaction, which on a
+    /// shared engine is serialized with every other client's writes: once another client has
+    /// ended this one's session, nothing this one writes commits, so the others may remove
+    /// what it left (its orphans, its locks, its uncommitted segments) without a race.
+    pub(crate) fn fence(&self, tx: &mut dyn Txn) -> Result<()> {
+        let id = self.client();
+        if id != 0 && session(tx, id)?.is_none() {
+            return Err(MetaError::SessionEnded(id));
+        }
+        Ok(())
+    }
+
     /// Removes the orphans client `id` kept open, with their records (returned, like
     /// [`MetaStore::purge_orphans`]): for a client that stopped without closing them.
     pub fn purge_orphans_of(&self, id: u64) -> Result<Vec<RecordRef>> {
@@ -130,20 +143,27 @@ impl MetaStore {
     /// Records that client `id` is alive at `now`. `Ok(false)` if its session is gone (it ended,
     /// or another client ended it as stopped): the client must not go on writing.
     pub fn heartbeat(&self, id: u64, now: i64) -> Result<bool> {
-        self.write(|tx| {
+        let beat = self.write(|tx| {
             let Some(mut s) = session(tx, id)? else {
                 return Ok(false);
             };
             s.heartbeat = s.heartbeat.max(now);
             tx.set_prop(CLIENTS_INO, &id.to_string(), &s.encode())?;
             Ok(true)
-        })
+        });
+        match beat {
+            Err(MetaError::SessionEnded(_)) => Ok(false),
+            beat => beat,
+        }
     }
 
     /// Ends client `id`'s session (at unmount, or by another client when it stopped beating);
     /// returns whether it existed.
     pub fn end_client(&self, id: u64) -> Result<bool> {
-        self.write(|tx| tx.delete_prop(CLIENTS_INO, &id.to_string()))
+        match self.write(|tx| tx.delete_prop(CLIENTS_INO, &id.to_string())) {
+            Err(MetaError::SessionEnded(_)) => Ok(false),
+            ended => ended,
+        }
     }
 
     /// Takes or renews the pool-wide lease `name` for client `id`: granted (`Ok(true)`) until

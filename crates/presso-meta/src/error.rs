@@ -69,6 +69,14 @@ pub enum MetaError {
     /// schema (`EIO`). Never taken as an empty file system.
     #[error("the metadata database {0}")]
     NotInitialized(String),
+    /// This store acts for a client of a shared pool whose session is gone: another client took
+    /// it for stopped (it was silent longer than the client timeout) and may be collecting its
+    /// segments, so nothing it writes may commit any more (`EIO`). Mount the pool again.
+    #[error(
+        "client {0}'s session was ended by another client (it was silent longer than the \
+         client timeout): nothing more of it commits; unmount and mount the pool again"
+    )]
+    SessionEnded(u64),
     /// The database was written by a newer version of this crate (`EIO`).
     #[error("metadata schema version {found} is newer than the supported version {supported}")]
     SchemaTooNew {
@@ -100,6 +108,7 @@ impl MetaError {
             | MetaError::Io(_)
             | MetaError::EngineFailure(_)
             | MetaError::NotInitialized(_)
+            | MetaError::SessionEnded(_)
             | MetaError::SchemaTooNew { .. } => libc::EIO,
         }
     }

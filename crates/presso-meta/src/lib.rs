@@ -214,6 +214,7 @@ impl MetaStore {
 
     pub(crate) fn write<R>(&self, f: impl FnOnce(&mut dyn Txn) -> Result<R>) -> Result<R> {
         let mut tx = self.engine.write()?;
+        self.fence(&mut *tx)?;
         let r = f(&mut *tx)?;
         tx.commit()?;
         Ok(r)

@@ -175,6 +175,7 @@ impl MetaStore {
         } else {
             self.engine.write()?
         };
+        self.fence(&mut *tx)?;
         let out = apply_ops(&mut *tx, ops)?;
         if let Some(number) = number {
             if number > tx.get_counter(COUNTER_LAST_TXG)? {

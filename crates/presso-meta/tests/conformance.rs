@@ -137,6 +137,7 @@ conformance!(
     statistics_add_up_and_stay_apart_from_accounting,
     client_sessions_register_beat_and_end,
     orphans_of_a_stopped_client_go_with_it,
+    a_client_whose_session_ended_commits_nothing,
     locks_conflict_split_and_go_with_their_owner,
     a_lease_has_one_holder_until_its_time_runs_out,
 );
@@ -258,7 +259,11 @@ fn locks_conflict_split_and_go_with_their_owner(s: &MetaStore) {
 }
 
 fn orphans_of_a_stopped_client_go_with_it(s: &MetaStore) {
-    s.act_as_client(5);
+    let (c5, c6) = (
+        s.register_client("a", 1, 0).unwrap(),
+        s.register_client("b", 2, 0).unwrap(),
+    );
+    s.act_as_client(c5);
     let f = file(s, ROOT_INO, "f");
     s.set_record(f, 0, &rec(1, 100, 400)).unwrap();
     let g = file(s, ROOT_INO, "g");
@@ -266,21 +271,58 @@ fn orphans_of_a_stopped_client_go_with_it(s: &MetaStore) {
         s.unlink(ROOT_INO, b"f", &open).unwrap().fate,
         LinkFate::Orphaned
     );
-    s.act_as_client(6);
+    s.act_as_client(c6);
     let h = file(s, ROOT_INO, "h");
     file(s, ROOT_INO, "x");
     // A rename that replaces an open file orphans it too.
     let r = s.rename(ROOT_INO, b"x", ROOT_INO, b"h", &open).unwrap();
     assert_eq!(r.map(|u| (u.ino, u.fate)), Some((h, LinkFate::Orphaned)));
-    // Client 5 stopped: its orphan goes, with its records; client 6's and live files stay.
-    assert_eq!(s.purge_orphans_of(5).unwrap(), vec![rec(1, 100, 400)]);
+    // Client c5 stopped: its orphan goes, with its records; c6's and live files stay.
+    assert_eq!(s.purge_orphans_of(c5).unwrap(), vec![rec(1, 100, 400)]);
     assert_eq!(s.getattr(f), Err(MetaError::NotFound));
     assert_eq!(s.getattr(h).unwrap().nlink, 0);
     assert_eq!(s.getattr(g).unwrap().nlink, 1);
     assert_eq!(s.space().unwrap(), space(0, 0, 100));
-    assert_eq!(s.purge_orphans_of(5).unwrap(), vec![], "nothing left of 5");
-    assert_eq!(s.purge_orphans_of(6).unwrap(), vec![]);
+    assert_eq!(
+        s.purge_orphans_of(c5).unwrap(),
+        vec![],
+        "nothing left of c5"
+    );
+    assert_eq!(s.purge_orphans_of(c6).unwrap(), vec![]);
     assert_eq!(s.getattr(h), Err(MetaError::NotFound));
+}
+
+fn a_client_whose_session_ended_commits_nothing(s: &MetaStore) {
+    let a = s.register_client("a", 1, 0).unwrap();
+    let b = s.register_client("b", 2, 0).unwrap();
+    s.act_as_client(a);
+    let f = file(s, ROOT_INO, "f");
+    // Client b takes a for stopped.
+    s.act_as_client(b);
+    assert!(s.end_client(a).unwrap());
+    s.act_as_client(a);
+    let ended = |r: Result<(), MetaError>| assert_eq!(r, Err(MetaError::SessionEnded(a)));
+    ended(
+        s.make_node(ROOT_INO, b"g", &NewNode::file(0o644, 0, 0))
+            .map(|_| ()),
+    );
+    ended(
+        s.apply_txg(
+            &[TxgOp::SetRecord {
+                ino: f,
+                index: 0,
+                rec: rec(1 << 40, 100, 10),
+            }],
+            true,
+        )
+        .map(|_| ()),
+    );
+    ended(s.unlink(ROOT_INO, b"f", &closed).map(|_| ()));
+    assert!(!s.heartbeat(a, 10).unwrap(), "its beat says it is gone");
+    assert!(!s.end_client(a).unwrap());
+    s.act_as_client(b);
+    assert_eq!(names(s, ROOT_INO), ["f"]);
+    assert!(s.records(f, ..).unwrap().is_empty());
 }
 
 fn client_sessions_register_beat_and_end(s: &MetaStore) {
