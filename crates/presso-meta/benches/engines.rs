@@ -1,7 +1,8 @@
 //! Latency of single metadata operations on each durable engine, side by side: SQLite on a file
 //! (the embedded default) and PostgreSQL on a throwaway local server reached through a unix
 //! socket (the scale-out engine; a server across a network adds its round-trip time to every
-//! statement). Each operation is one transaction, as the file-system layer runs it.
+//! statement), alone and acting for a client of a shared pool (whose writes check its session).
+//! Each operation is one transaction, as the file-system layer runs it.
 //!
 //! Run: `cargo bench -p presso-meta --bench engines -- --warm-up-time 1 --measurement-time 5`
 //! (`PRESSO_BENCH_DIR` picks the SQLite file's directory, default the temporary directory).
@@ -23,6 +24,15 @@ fn sqlite() -> (MetaStore, TempDb) {
 fn postgres() -> MetaStore {
     let target = TestServer::shared().target(&TestServer::fresh_schema("bench"));
     MetaStore::create_postgres(&target, &PostgresOptions::default()).expect("create postgres")
+}
+
+/// [`postgres`] acting for a registered client of a shared pool, as a mount does: every write
+/// transaction also checks that the client's session exists (the fence).
+fn postgres_as_client() -> MetaStore {
+    let s = postgres();
+    let id = s.register_client("bench", std::process::id(), 0).unwrap();
+    s.act_as_client(id);
+    s
 }
 
 /// Creates the directory the operations run in, with 1,000 files in it, and returns it and one
@@ -108,6 +118,7 @@ fn engines(c: &mut Criterion) {
     operations(c, "sqlite", &store);
     drop(store);
     operations(c, "postgres", &postgres());
+    operations(c, "postgres-client", &postgres_as_client());
 }
 
 criterion_group!(benches, engines);

@@ -73,7 +73,11 @@ fn session(tx: &mut dyn Txn, id: u64) -> Result<Option<ClientSession>> {
 impl MetaStore {
     /// Makes this store act for client `id` of a shared pool: files it leaves open after their
     /// last name is gone (orphans) record `id`, so that the others can remove them if the
-    /// client stops without closing them ([`MetaStore::purge_orphans_of`]).
+    /// client stops without closing them ([`MetaStore::purge_orphans_of`]); and every write
+    /// transaction first checks, inside the transaction, that `id`'s session still exists
+    /// ([`MetaError::SessionEnded`] if not). Write transactions of all clients are serialized,
+    /// so once another client has ended this one's session nothing this one writes commits,
+    /// and the others may remove what it left (orphans, locks, segments) without a race.
     pub fn act_as_client(&self, id: u64) {
         self.client.store(id, Ordering::Relaxed);
     }
@@ -81,19 +85,6 @@ impl MetaStore {
     /// The client this store acts for (0: none).
     pub(crate) fn client(&self) -> u64 {
         self.client.load(Ordering::Relaxed)
-    }
-
-    /// Refuses write transaction `tx` if this store acts for a client whose session is gone
-    /// ([`MetaError::SessionEnded`]). Every write checks this inside its transaction, which on a
-    /// shared engine is serialized with every other client's writes: once another client has
-    /// ended this one's session, nothing this one writes commits, so the others may remove
-    /// what it left (its orphans, its locks, its uncommitted segments) without a race.
-    pub(crate) fn fence(&self, tx: &mut dyn Txn) -> Result<()> {
-        let id = self.client();
-        if id != 0 && session(tx, id)?.is_none() {
-            return Err(MetaError::SessionEnded(id));
-        }
-        Ok(())
     }
 
     /// Removes the orphans client `id` kept open, with their records (returned, like

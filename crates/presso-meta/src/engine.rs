@@ -24,6 +24,7 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
+use crate::clients::CLIENTS_INO;
 use crate::error::{MetaError, Result};
 use crate::types::Attr;
 
@@ -226,6 +227,21 @@ pub trait MetaEngine: Send + Sync {
     /// transaction committed before it survive a power loss (whatever durability the engine was
     /// opened with).
     fn write_durable(&self) -> Result<Box<dyn Txn + '_>>;
+    /// Begins a write transaction ([`MetaEngine::write_durable`] if `durable`) for client
+    /// `client` of a shared pool (0: none), refused with [`MetaError::SessionEnded`] if the
+    /// client's session row is gone, as checked inside the transaction. Engines that can fold
+    /// the check into the statements that begin a transaction do so (PostgreSQL: no extra
+    /// round trip).
+    fn write_as(&self, durable: bool, client: u64) -> Result<Box<dyn Txn + '_>> {
+        let mut tx = match durable {
+            true => self.write_durable()?,
+            false => self.write()?,
+        };
+        if client != 0 && tx.get_prop(CLIENTS_INO, &client.to_string())?.is_none() {
+            return Err(MetaError::SessionEnded(client));
+        }
+        Ok(tx)
+    }
     /// Folds everything committed into the engine's main file, so the file alone is complete
     /// (SQLite: a truncating checkpoint of the write-ahead log). Nothing to do by default.
     fn checkpoint(&self) -> Result<()> {

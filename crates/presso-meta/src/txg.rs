@@ -170,12 +170,7 @@ impl MetaStore {
         for op in ops {
             check_txg_op(op)?;
         }
-        let mut tx = if durable {
-            self.engine.write_durable()?
-        } else {
-            self.engine.write()?
-        };
-        self.fence(&mut *tx)?;
+        let mut tx = self.engine.write_as(durable, self.client())?;
         let out = apply_ops(&mut *tx, ops)?;
         if let Some(number) = number {
             if number > tx.get_counter(COUNTER_LAST_TXG)? {

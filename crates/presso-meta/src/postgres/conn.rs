@@ -242,6 +242,30 @@ impl Pool {
         }
     }
 
+    /// Like [`Pool::begin`], for a `begin` whose last statement is a query: also returns how
+    /// many rows that query found, from the same round trip.
+    pub(super) fn begin_counting(&self, begin: &str) -> Result<(Pooled<'_>, u64)> {
+        let deadline = Instant::now() + self.wait;
+        loop {
+            let mut conn = self.get_until(deadline)?;
+            match conn.client.simple_query(begin) {
+                Ok(messages) => {
+                    let rows = messages
+                        .iter()
+                        .filter_map(|m| match m {
+                            postgres::SimpleQueryMessage::CommandComplete(n) => Some(*n),
+                            _ => None,
+                        })
+                        .last()
+                        .unwrap_or(0);
+                    return Ok((conn, rows));
+                }
+                Err(_) if conn.client.is_closed() && Instant::now() < deadline => conn.discard(),
+                Err(e) => return Err(pg(e)),
+            }
+        }
+    }
+
     fn forget_one(&self) {
         if let Ok(mut idle) = self.idle.lock() {
             idle.open -= 1;

@@ -37,6 +37,7 @@ use std::time::Duration;
 
 use crate::engine::{MetaEngine, Txn};
 use crate::error::{MetaError, Result};
+use crate::CLIENTS_INO;
 
 pub use schema::PG_SCHEMA_VERSION;
 
@@ -220,6 +221,26 @@ impl MetaEngine for PostgresEngine {
 
     fn write_durable(&self) -> Result<Box<dyn Txn + '_>> {
         self.begin(true, true)
+    }
+
+    fn write_as(&self, durable: bool, client: u64) -> Result<Box<dyn Txn + '_>> {
+        if client == 0 {
+            return self.begin(true, durable);
+        }
+        // The session check rides in the round trip that begins the transaction, after the
+        // pool's lock: it sees every session change committed before.
+        let begin = format!(
+            "{}; SELECT 1 FROM props WHERE ino = {} AND name = '{client}'",
+            self.begin_write[usize::from(durable)],
+            CLIENTS_INO as i64
+        );
+        let (conn, found) = self.pool.begin_counting(&begin)?;
+        // Dropped unless returned: rolls the transaction back.
+        let tx = PgTxn::new(conn, true, durable);
+        match found {
+            0 => Err(MetaError::SessionEnded(client)),
+            _ => Ok(Box::new(tx)),
+        }
     }
 }
 
