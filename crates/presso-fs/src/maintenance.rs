@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::Result;
 use crate::pool::Pool;
 use crate::props;
+use crate::reclaim::ReclaimPolicy;
 
 /// Progress of a long operation.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -37,6 +38,9 @@ pub struct GcReport {
     /// Segments left as they are because their live records did not fit in the free space.
     #[serde(default)]
     pub skipped: usize,
+    /// Of the segments removed, those left by clients of a shared pool that are gone.
+    #[serde(default)]
+    pub gone_clients_segments: usize,
 }
 
 /// Rewrites the live records of every segment whose live fraction is below `min_live` (0..=1;
@@ -45,49 +49,113 @@ pub struct GcReport {
 /// compare-and-swap that loses to any concurrent overwrite, and readers that meet a removed
 /// segment look the record up again.
 ///
-/// In a shared pool a client collects its own segments only (the store lists no others); other
-/// clients, which read those segments, meet a removed one like a local reader does and look the
-/// record up again. Segment numbers are never reused, so no cached block of a removed segment
-/// can stand for other bytes.
+/// In a shared pool a client collects its own segments, and, while it holds the pool's
+/// maintenance lease, those of clients that are gone (no session: unmounted, or taken for
+/// stopped, after which nothing of theirs commits any more): their segments without a live
+/// record go whatever `min_live` says, which covers what a killed client uploaded but never
+/// committed. Other clients, which read those segments, meet a removed one like a local reader
+/// does and look the record up again. Segment numbers are never reused, so no cached block of
+/// a removed segment can stand for other bytes.
 ///
 /// Segments go one at a time, most space freed per byte copied first (the least live share),
 /// each removed before the next is copied: on a nearly full disk a pass needs room for one
 /// segment's live records, not for all of them, and the first segments free the most. A
 /// segment whose live records do not fit in the free space left is skipped (`skipped`).
 pub fn gc(pool: &Pool, min_live: f64, progress: &mut dyn FnMut(Progress)) -> Result<GcReport> {
+    collect(pool, Some(min_live), &|_| min_live, progress)
+}
+
+/// The pool-wide pass of a shared pool's maintenance lease holder over the segments of clients
+/// that are gone: removes those without a live record, and collects those whose live share is
+/// below `policy.min_live` when their garbage is worth it by `policy` (as the automatic reclaim
+/// decides for a client's own segments). Nothing if another client holds the lease.
+pub fn collect_segments_of_gone_clients(pool: &Pool, policy: &ReclaimPolicy) -> Result<GcReport> {
+    let min_live = |gone: &[SegmentStats]| match policy.worth_collecting(gone) {
+        true => policy.min_live,
+        false => 0.0,
+    };
+    collect(pool, None, &min_live, &mut |_| {})
+}
+
+/// A segment garbage collection may rewrite and remove.
+struct Candidate {
+    stats: SegmentStats,
+    /// This store's own, or a gone client's.
+    own: bool,
+}
+
+impl Candidate {
+    fn live(&self) -> u64 {
+        self.stats.total_bytes - self.stats.dead_bytes
+    }
+
+    fn live_share(&self) -> f64 {
+        match self.stats.total_bytes {
+            0 => 0.0,
+            total => self.live() as f64 / total as f64,
+        }
+    }
+}
+
+/// Collects this store's own segments whose live share is below `own` (none if `None`) and
+/// the gone clients' segments below the share `others` picks from their accounting, plus
+/// those of them without a live record.
+fn collect(
+    pool: &Pool,
+    own: Option<f64>,
+    others: &dyn Fn(&[SegmentStats]) -> f64,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<GcReport> {
     let _one_at_a_time = pool.maintenance_lock();
-    pool.refresh_live()?;
+    let worth = |s: &SegmentStats, min_live: f64| {
+        let live = s.total_bytes - s.dead_bytes;
+        s.dead_bytes > 0 && (live as f64) < min_live * s.total_bytes as f64
+    };
     let mut report = GcReport::default();
-    let all = pool.store().all_segment_stats();
-    report.segments = all.len();
-    let live = |s: &SegmentStats| s.total_bytes - s.dead_bytes;
-    let mut candidates: Vec<_> = all
-        .into_iter()
-        .filter(|s| s.dead_bytes > 0 && (live(s) as f64) < min_live * s.total_bytes as f64)
-        .collect();
-    candidates.sort_by(|a, b| {
-        let share = |s: &SegmentStats| live(s) as f64 / s.total_bytes as f64;
-        share(a).total_cmp(&share(b))
-    });
-    let total: u64 = candidates.iter().map(live).sum();
+    let mut candidates = Vec::new();
+    if let Some(min_live) = own {
+        pool.refresh_live()?;
+        let all = pool.store().all_segment_stats();
+        report.segments = all.len();
+        candidates.extend(
+            all.into_iter()
+                .filter(|s| worth(s, min_live))
+                .map(|stats| Candidate { stats, own: true }),
+        );
+    }
+    let gone = pool.segments_of_gone_clients()?;
+    report.segments += gone.len();
+    let min_live = others(&gone);
+    candidates.extend(
+        gone.into_iter()
+            .filter(|s| s.total_bytes == s.dead_bytes || worth(s, min_live))
+            .map(|stats| Candidate { stats, own: false }),
+    );
+    candidates.sort_by(|a, b| a.live_share().total_cmp(&b.live_share()));
+    let total: u64 = candidates.iter().map(Candidate::live).sum();
     let mut done = 0;
     progress(Progress { done, total });
     if candidates
         .iter()
-        .any(|s| s.segment == pool.store().current_segment())
+        .any(|c| c.own && c.stats.segment == pool.store().current_segment())
     {
         pool.store().roll()?;
     }
     for seg in &candidates {
+        if !seg.own && !pool.renew_maintenance_lease()? {
+            // Another client collects the gone clients' segments now.
+            continue;
+        }
         if pool
             .store()
             .space()
-            .is_some_and(|(_, avail)| live(seg) > avail)
+            .is_some_and(|(_, avail)| seg.live() > avail)
         {
             report.skipped += 1;
             continue;
         }
-        for r in pool.meta().records_in_segment(seg.segment)? {
+        let number = seg.stats.segment;
+        for r in pool.meta().records_in_segment(number)? {
             let (frame, tag) = pool.read_frame_tagged(r.ino, r.index, &r.rec)?;
             // The copy keeps the tag of the frame it copies, txg included: a newer version of
             // the record has a higher txg wherever it lies. A frame from before entries were
@@ -122,19 +190,25 @@ pub fn gc(pool: &Pool, min_live: f64, progress: &mut dyn FnMut(Progress)) -> Res
         }
         // Every frame appended into the segment before the roll is named by a queued op by
         // now, and that op commits here: a segment is removed only if nothing refers to it.
+        // A gone client's segment gets no new references: nothing of that client commits.
         let settled = pool.frames_settled();
         pool.commit(true)?;
-        if !pool.meta().records_in_segment(seg.segment)?.is_empty() {
+        if !pool.meta().records_in_segment(number)?.is_empty() {
             // Only a write racing with the copy can leave a reference here; try next time.
             continue;
         }
         let garbage = pool.meta().space()?.garbage;
-        let payload = seg.total_bytes.min(garbage);
-        pool.store().remove_segment(seg.segment)?;
+        let payload = seg.stats.total_bytes.min(garbage);
+        if seg.own {
+            pool.store().remove_segment(number)?;
+        } else {
+            pool.store().remove_other_segment(number)?;
+            report.gone_clients_segments += 1;
+        }
         pool.meta().release_garbage(payload)?;
         drop(settled);
         report.segments_collected += 1;
-        report.bytes_removed += seg.total_bytes;
+        report.bytes_removed += seg.stats.total_bytes;
     }
     progress(Progress { done: total, total });
     Ok(report)

@@ -39,6 +39,16 @@ impl Default for ReclaimPolicy {
     }
 }
 
+impl ReclaimPolicy {
+    /// Whether the garbage of `segments` is large enough, in bytes and as a share of their
+    /// bytes, to collect.
+    pub fn worth_collecting(&self, segments: &[presso_store::SegmentStats]) -> bool {
+        let total: u64 = segments.iter().map(|s| s.total_bytes).sum();
+        let garbage: u64 = segments.iter().map(|s| s.dead_bytes).sum();
+        garbage >= self.min_garbage && garbage as f64 >= self.garbage_share * total as f64
+    }
+}
+
 #[derive(Default)]
 struct State {
     /// A pass was asked for and has not started yet.
@@ -158,9 +168,7 @@ impl Reclaimer {
 /// Whether garbage is large enough, in bytes and as a share of the segments, to collect.
 pub fn worth_collecting(pool: &Pool, policy: &ReclaimPolicy) -> bool {
     let segments = pool.store().all_segment_stats();
-    let total: u64 = segments.iter().map(|s| s.total_bytes).sum();
-    let garbage: u64 = segments.iter().map(|s| s.dead_bytes).sum();
-    garbage >= policy.min_garbage && garbage as f64 >= policy.garbage_share * total as f64
+    policy.worth_collecting(&segments)
 }
 
 #[cfg(test)]

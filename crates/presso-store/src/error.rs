@@ -124,6 +124,12 @@ pub enum StoreError {
         /// The segment number asked for.
         segment: u64,
     },
+    /// An operation meant for another writer's segments was asked of one of this store's own.
+    #[error("segment {segment} is this store's own, not another writer's")]
+    OwnSegment {
+        /// The segment number asked for.
+        segment: u64,
+    },
     /// More live bytes claimed for a segment than it holds.
     #[error("segment {segment}: {live} live entry bytes claimed, but it holds only {total}")]
     LiveBytesTooLarge {
@@ -178,7 +184,9 @@ impl StoreError {
             StoreError::TooLarge { .. } => libc::EFBIG,
             StoreError::SegmentNumbersUsedUp { .. } => libc::ENOSPC,
             StoreError::AlreadyExists { .. } => libc::EEXIST,
-            StoreError::InUse { .. } | StoreError::CurrentSegment { .. } => libc::EBUSY,
+            StoreError::InUse { .. }
+            | StoreError::CurrentSegment { .. }
+            | StoreError::OwnSegment { .. } => libc::EBUSY,
         }
     }
 }

@@ -10,7 +10,8 @@ use presso_fs::maintenance::GcReport;
 use super::{request, target};
 
 /// Reclaim the space of overwritten and deleted data: rewrite the live records of segments
-/// holding garbage and remove them (online when mounted).
+/// holding garbage and remove them (online when mounted). On a shared pool this mount's own
+/// segments, and those of clients that are gone if it holds the pool's maintenance lease.
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
   presso gc /mnt/data                  # reclaim all garbage
@@ -63,6 +64,12 @@ pub fn run(args: GcArgs) -> Result<()> {
         "gc: {} of {} segments collected, {} records moved ({} bytes copied), {} bytes removed",
         r.segments_collected, r.segments, r.records_moved, r.bytes_copied, r.bytes_removed
     );
+    if r.gone_clients_segments > 0 {
+        println!(
+            "gc: {} of them left by clients of this shared pool that are gone",
+            r.gone_clients_segments
+        );
+    }
     if r.skipped > 0 {
         println!(
             "gc: {} segments left as they are: their live records do not fit in the free space \

@@ -34,6 +34,7 @@ use crate::props;
 pub(crate) mod checks;
 mod committer;
 mod frames;
+mod gone;
 mod metacopy;
 mod namespace;
 mod opening;

@@ -22,6 +22,9 @@ use presso_objects::segments::ObjectDir;
 use presso_objects::Objects;
 use presso_store::{FsDir, SegmentRange, StoreConfig};
 
+use super::gone::{
+    maintain, sweep_segments_of_gone_clients, GONE_CLIENTS_INTERVAL, MAINTENANCE_LEASE,
+};
 use super::{OpenReport, Pool, PoolOptions};
 use crate::error::{FsError, Result};
 
@@ -113,6 +116,9 @@ impl SharedClient {
             .spawn(move || {
                 let (lock, wake) = &*stop;
                 let mut stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
+                // The lease holder looks at the segments of gone clients with its first beat,
+                // after it ended clients, and every GONE_CLIENTS_INTERVAL.
+                let mut last_sweep: Option<std::time::Instant> = None;
                 while !*stopped {
                     stopped = wake
                         .wait_timeout(stopped, every)
@@ -123,11 +129,18 @@ impl SharedClient {
                         break;
                     }
                     match pool.meta.heartbeat(id, unix_now()) {
-                        Ok(true) => {
-                            if let Err(e) = maintain(&pool.meta, id, &pool_dir, timeout) {
-                                crate::log!("presso: client {id}: cleaning up failed: {e}");
+                        Ok(true) => match maintain(&pool.meta, id, &pool_dir, timeout) {
+                            Ok(None) => {}
+                            Ok(Some(ended)) => {
+                                let due = last_sweep
+                                    .is_none_or(|at| at.elapsed() >= GONE_CLIENTS_INTERVAL);
+                                if due || !ended.is_empty() {
+                                    last_sweep = Some(std::time::Instant::now());
+                                    sweep_segments_of_gone_clients(&pool);
+                                }
                             }
-                        }
+                            Err(e) => crate::log!("presso: client {id}: cleaning up failed: {e}"),
+                        },
                         Ok(false) => crate::log!(
                             "presso: client {id}'s session was ended by another client; \
                              unmount and mount again"
@@ -197,7 +210,7 @@ pub fn without_password(url: &str) -> String {
     }
 }
 
-fn unix_now() -> i64 {
+pub(super) fn unix_now() -> i64 {
     presso_meta::Timespec::now().secs
 }
 
@@ -262,80 +275,6 @@ fn objects_at(location: &str, place: &ClientPlace) -> Result<Arc<Objects>> {
     opts.credentials = place.credentials.clone();
     opts.retry_timeout = place.server_timeout;
     Ok(Arc::new(Objects::connect(&url, &opts)?))
-}
-
-/// The lease the work on the whole pool runs under.
-const MAINTENANCE_LEASE: &str = "maintenance";
-
-/// Cleaning up after clients that stopped: the work on the whole pool (their orphans, locks
-/// and sessions) if client `me` holds the maintenance lease or can take it, renewing it for
-/// `timeout`; then, on this machine, the local directories of clients without a session.
-fn maintain(meta: &MetaStore, me: u64, pool_dir: &Path, timeout: Duration) -> Result<()> {
-    if meta.take_lease(
-        MAINTENANCE_LEASE,
-        me,
-        unix_now(),
-        timeout.as_secs().max(1) as i64,
-    )? {
-        end_stopped_clients(meta, me, timeout)?;
-    }
-    remove_directories_of_gone_clients(meta, pool_dir)
-}
-
-/// Takes every other client silent for longer than `timeout` for stopped: removes the files it
-/// kept open after their names were gone and its locks, then its session. Returns the clients
-/// ended.
-fn end_stopped_clients(meta: &MetaStore, me: u64, timeout: Duration) -> Result<Vec<u64>> {
-    let now = unix_now();
-    let mut ended = Vec::new();
-    for s in meta.clients()? {
-        let silent = now.saturating_sub(s.heartbeat);
-        if s.id == me || silent <= timeout.as_secs() as i64 {
-            continue;
-        }
-        // Orphans and locks first: a client that stops here finds the session still there
-        // next time.
-        let freed = meta.purge_orphans_of(s.id)?;
-        meta.release_client_locks(s.id)?;
-        meta.end_client(s.id)?;
-        crate::log!(
-            "presso: client {} ({} pid {}) was silent for {silent} s: taken for stopped, {} \
-             records of files it kept open removed",
-            s.id,
-            s.host,
-            s.pid,
-            freed.len()
-        );
-        ended.push(s.id);
-    }
-    Ok(ended)
-}
-
-/// Removes the directories under `pool_dir` (this machine's) of clients that have no session
-/// any more: their staging held nothing committed.
-fn remove_directories_of_gone_clients(meta: &MetaStore, pool_dir: &Path) -> Result<()> {
-    let Ok(entries) = std::fs::read_dir(pool_dir) else {
-        return Ok(());
-    };
-    // The directories first, then the sessions: a client registers before it makes its
-    // directory, so every directory read here belongs to a client the list below has, unless
-    // that client is gone. Listed the other way round, a client mounting in between would lose
-    // its directory.
-    let dirs: Vec<(u64, std::path::PathBuf)> = entries
-        .flatten()
-        .filter_map(|entry| {
-            let name = entry.file_name();
-            let id = name.to_str()?.strip_prefix("client-")?.parse().ok()?;
-            Some((id, entry.path()))
-        })
-        .collect();
-    let live: std::collections::BTreeSet<u64> = meta.clients()?.iter().map(|s| s.id).collect();
-    for (id, path) in dirs {
-        if !live.contains(&id) {
-            let _ = std::fs::remove_dir_all(path);
-        }
-    }
-    Ok(())
 }
 
 impl Pool {

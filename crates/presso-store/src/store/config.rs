@@ -57,6 +57,12 @@ impl SegmentRange {
         })
     }
 
+    /// The client of a shared pool whose range holds `segment` (0 for the numbers below client
+    /// 1's, which no client of a shared pool writes).
+    pub fn client_of(segment: u64) -> u64 {
+        segment >> CLIENT_SHIFT
+    }
+
     /// Whether `segment` is in the range.
     pub fn contains(&self, segment: u64) -> bool {
         (self.start..self.end).contains(&segment)

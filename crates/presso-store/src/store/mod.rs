@@ -28,6 +28,7 @@ use crate::segment::{
 
 mod config;
 mod open;
+mod others;
 mod segments;
 
 pub use config::{SegmentRange, StoreConfig, CLIENT_SHIFT};

@@ -213,55 +213,6 @@ impl Store {
             .ok_or(StoreError::NoSuchSegment { segment })
     }
 
-    /// The segment holding `loc`, for reading: one of this store's, or one of another writer of
-    /// a shared pool, opened when first read and looked at again when `loc` reaches past the
-    /// end it had then (that writer has appended since).
-    pub(super) fn readable_segment(&self, loc: Location) -> Result<Arc<Segment>> {
-        if self.config.own_segments.contains(loc.segment) {
-            return self.segment(loc.segment);
-        }
-        let known = self.foreign.read().get(&loc.segment).cloned();
-        let seg = match known {
-            Some(seg) => seg,
-            None => {
-                let mut bad = Vec::new();
-                let seg =
-                    open_sealed_segment(self.dir.as_ref(), loc.segment, &self.header, &mut bad)
-                        .map_err(|e| match e {
-                            StoreError::Io { source, .. }
-                                if source.kind() == std::io::ErrorKind::NotFound =>
-                            {
-                                StoreError::NoSuchSegment {
-                                    segment: loc.segment,
-                                }
-                            }
-                            e => e,
-                        })?;
-                if let Some((_, reason)) = bad.pop() {
-                    return Err(StoreError::CorruptEntry {
-                        segment: loc.segment,
-                        offset: 0,
-                        reason,
-                    });
-                }
-                self.foreign
-                    .write()
-                    .entry(loc.segment)
-                    .or_insert(seg)
-                    .clone()
-            }
-        };
-        let wanted = loc.offset.saturating_add(seg.entry_len(loc));
-        if seg.end.load(Ordering::Acquire) < wanted {
-            let len = seg
-                .storage
-                .len()
-                .map_err(|e| io_error(&seg.name, 0, "stat", e))?;
-            seg.end.fetch_max(len, Ordering::AcqRel);
-        }
-        Ok(seg)
-    }
-
     /// Seals the current segment (synced in full) and starts the next one.
     pub(super) fn roll_locked(&self, a: &mut Appender) -> Result<()> {
         let old = a.current.clone();
