@@ -35,8 +35,14 @@ enum Step {
         on: usize,
         file: u8,
     },
-    /// Garbage collection of client `on`'s own segments.
+    /// Garbage collection by client `on`: its own segments, and those of clients that are
+    /// gone when it holds the maintenance lease.
     Collect {
+        on: usize,
+    },
+    /// Client `on` unmounts and a new client mounts in its place: the old one's segments are
+    /// a gone client's from then on.
+    Remount {
         on: usize,
     },
 }
@@ -54,7 +60,8 @@ fn step() -> impl proptest::strategy::Strategy<Value = Step> {
         1 => (on.clone(), file.clone(), file.clone())
             .prop_map(|(on, file, to)| Step::Rename { on, file, to }),
         1 => (on.clone(), file).prop_map(|(on, file)| Step::Unlink { on, file }),
-        1 => on.prop_map(|on| Step::Collect { on }),
+        1 => on.clone().prop_map(|on| Step::Collect { on }),
+        1 => on.prop_map(|on| Step::Remount { on }),
     ]
 }
 
@@ -64,10 +71,11 @@ fn name(file: u8) -> Vec<u8> {
 
 /// Runs `steps` on two clients of a new shared pool against a model of the namespace: with
 /// every change closed before the next step, both clients must agree with the model at every
-/// read (close-to-open, atomic renames and unlinks, collection under the other's reads).
+/// read (close-to-open, atomic renames and unlinks, collection of a client's own and of gone
+/// clients' segments under the other's reads, clients leaving and new ones coming).
 fn run_model(steps: &[Step]) -> Result<(), String> {
     let (url, place) = new_pool("model", &[("compression", "lz4"), ("recordsize", "64K")]);
-    let clients = [client(&url, &place), client(&url, &place)];
+    let mut clients = [client(&url, &place), client(&url, &place)];
     let mut model: std::collections::BTreeMap<u8, Vec<u8>> = Default::default();
     let check = |what: &str, r: Result<(), FsError>| r.map_err(|e| format!("{what}: {e}"));
     for (i, s) in steps.iter().enumerate() {
@@ -157,6 +165,12 @@ fn run_model(steps: &[Step]) -> Result<(), String> {
             Step::Collect { on } => {
                 presso_fs::maintenance::gc(clients[on].pool(), 1.0, &mut |_| {})
                     .map_err(|e| at(&e.to_string()))?;
+            }
+            Step::Remount { on } => {
+                clients[on]
+                    .shutdown()
+                    .map_err(|e| at(&format!("unmount: {e}")))?;
+                clients[on] = client(&url, &place);
             }
         }
     }

@@ -210,10 +210,12 @@ impl StorageDir for ObjectDir {
     }
 
     fn list(&self) -> io::Result<Vec<String>> {
-        let mut names = self.local.list()?;
+        // A set: a segment has many objects, and a staging file too while it is open.
+        let mut names: std::collections::BTreeSet<String> =
+            self.local.list()?.into_iter().collect();
         for (name, _) in self.objects.list().map_err(io_error)? {
             if name == HEADER {
-                names.push(name);
+                names.insert(name);
                 continue;
             }
             let number = name
@@ -221,13 +223,10 @@ impl StorageDir for ObjectDir {
                 .and_then(|r| r.split_once('/'))
                 .and_then(|(n, _)| n.parse::<u64>().ok());
             if let Some(n) = number {
-                let file = segment_file_name(n);
-                if !names.contains(&file) {
-                    names.push(file);
-                }
+                names.insert(segment_file_name(n));
             }
         }
-        Ok(names)
+        Ok(names.into_iter().collect())
     }
 
     fn remove(&self, name: &str) -> io::Result<()> {
