@@ -22,15 +22,26 @@ use crate::error::Result;
 /// The lease the work on the whole pool runs under.
 pub(super) const MAINTENANCE_LEASE: &str = "maintenance";
 
-/// How often the holder of the maintenance lease looks at the segments of clients that are
-/// gone, besides its first beat and the beats that end clients: each look lists the pool's
-/// objects and counts the live bytes of every segment in the metadata.
-pub(super) const GONE_CLIENTS_INTERVAL: Duration = Duration::from_secs(300);
+/// How often a client with `timeout` as its client timeout looks at the segments (see
+/// [`tidy`]), besides its first beat and the beats that end clients: every five timeouts, at
+/// most every 5 minutes. Each look counts the live bytes of every segment in the metadata, and
+/// the lease holder's lists the pool's objects.
+pub(super) fn tidy_interval(timeout: Duration) -> Duration {
+    (timeout * 5).min(Duration::from_secs(300))
+}
 
-/// Collects the segments of gone clients (see
-/// [`crate::maintenance::collect_segments_of_gone_clients`]) with the automatic reclaim's
-/// policy, logging what it did.
-pub(super) fn sweep_segments_of_gone_clients(pool: &Pool) {
+/// A client's look at the segments, off its heartbeat's thread: it counts again, from the
+/// metadata, the live bytes of its own segments, so that its automatic reclaim sees the
+/// garbage other clients made there (their overwrites and deletes of records in them); and if
+/// it holds the maintenance lease it collects the segments of gone clients
+/// ([`crate::maintenance::collect_segments_of_gone_clients`], by the automatic reclaim's rule).
+pub(super) fn tidy(pool: &Pool) {
+    {
+        let _one_at_a_time = pool.maintenance_lock();
+        if let Err(e) = pool.refresh_live() {
+            crate::log!("presso: counting the live bytes of the segments failed: {e}");
+        }
+    }
     let policy = crate::reclaim::ReclaimPolicy::default();
     match crate::maintenance::collect_segments_of_gone_clients(pool, &policy) {
         Ok(r) if r.gone_clients_segments > 0 => crate::log!(

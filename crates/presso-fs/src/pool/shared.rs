@@ -22,9 +22,7 @@ use presso_objects::segments::ObjectDir;
 use presso_objects::Objects;
 use presso_store::{FsDir, SegmentRange, StoreConfig};
 
-use super::gone::{
-    maintain, sweep_segments_of_gone_clients, GONE_CLIENTS_INTERVAL, MAINTENANCE_LEASE,
-};
+use super::gone::{self, maintain, tidy_interval, MAINTENANCE_LEASE};
 use super::{OpenReport, Pool, PoolOptions};
 use crate::error::{FsError, Result};
 
@@ -56,6 +54,9 @@ pub struct SharedClient {
     local: PathBuf,
     stop: Arc<(Mutex<bool>, Condvar)>,
     beating: Mutex<Option<JoinHandle<()>>>,
+    /// The thread of the last look at the segments (see [`gone::tidy`]), off the heartbeat's
+    /// thread so that a long collection never holds up a beat.
+    tidying: Arc<Mutex<Option<JoinHandle<()>>>>,
 }
 
 impl std::fmt::Debug for SharedClient {
@@ -82,6 +83,7 @@ impl SharedClient {
             local: local(id),
             stop: Arc::default(),
             beating: Mutex::new(None),
+            tidying: Arc::default(),
         })
     }
 
@@ -111,14 +113,16 @@ impl SharedClient {
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_default();
+        let tidying = self.tidying.clone();
         let handle = std::thread::Builder::new()
             .name("presso-heartbeat".into())
             .spawn(move || {
                 let (lock, wake) = &*stop;
                 let mut stopped = lock.lock().unwrap_or_else(|e| e.into_inner());
-                // The lease holder looks at the segments of gone clients with its first beat,
-                // after it ended clients, and every GONE_CLIENTS_INTERVAL.
-                let mut last_sweep: Option<std::time::Instant> = None;
+                // The segments are looked at with the first beat, after this client ended
+                // others, and every tidy_interval.
+                let tidy_every = tidy_interval(timeout);
+                let mut last_tidy: Option<std::time::Instant> = None;
                 while !*stopped {
                     stopped = wake
                         .wait_timeout(stopped, every)
@@ -129,18 +133,18 @@ impl SharedClient {
                         break;
                     }
                     match pool.meta.heartbeat(id, unix_now()) {
-                        Ok(true) => match maintain(&pool.meta, id, &pool_dir, timeout) {
-                            Ok(None) => {}
-                            Ok(Some(ended)) => {
-                                let due = last_sweep
-                                    .is_none_or(|at| at.elapsed() >= GONE_CLIENTS_INTERVAL);
-                                if due || !ended.is_empty() {
-                                    last_sweep = Some(std::time::Instant::now());
-                                    sweep_segments_of_gone_clients(&pool);
-                                }
+                        Ok(true) => {
+                            let ended = maintain(&pool.meta, id, &pool_dir, timeout)
+                                .unwrap_or_else(|e| {
+                                    crate::log!("presso: client {id}: cleaning up failed: {e}");
+                                    None
+                                });
+                            let due = last_tidy.is_none_or(|at| at.elapsed() >= tidy_every)
+                                || ended.is_some_and(|ended| !ended.is_empty());
+                            if due && start_tidying(&tidying, &pool) {
+                                last_tidy = Some(std::time::Instant::now());
                             }
-                            Err(e) => crate::log!("presso: client {id}: cleaning up failed: {e}"),
-                        },
+                        }
                         Ok(false) => crate::log!(
                             "presso: client {id}'s session was ended by another client; \
                              unmount and mount again"
@@ -167,6 +171,17 @@ impl SharedClient {
         if let Some(h) = handle {
             let _ = h.join();
         }
+        // No beat starts another look now; wait for the one under way.
+        let tidying = self
+            .tidying
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(h) = tidying {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
     }
 
     /// Removes the client's local directory after a clean unmount.
@@ -191,6 +206,29 @@ impl SharedClient {
         let _ = meta.release_lease(MAINTENANCE_LEASE, self.id);
         if let Err(e) = meta.end_client(self.id) {
             crate::log!("presso: cannot end client {}'s session: {e}", self.id);
+        }
+    }
+}
+
+/// Starts a look at the segments ([`gone::tidy`]) on a thread of its own unless one is under
+/// way; returns whether it started.
+fn start_tidying(slot: &Mutex<Option<JoinHandle<()>>>, pool: &Arc<Pool>) -> bool {
+    let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+    if slot.as_ref().is_some_and(|h| !h.is_finished()) {
+        return false;
+    }
+    let pool = pool.clone();
+    match std::thread::Builder::new()
+        .name("presso-tidy".into())
+        .spawn(move || gone::tidy(&pool))
+    {
+        Ok(handle) => {
+            *slot = Some(handle);
+            true
+        }
+        Err(e) => {
+            crate::log!("presso: cannot start a look at the segments: {e}");
+            false
         }
     }
 }

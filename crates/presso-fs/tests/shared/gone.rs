@@ -59,10 +59,9 @@ fn segments_of_gone_clients_are_collected_and_an_ended_client_commits_nothing() 
     let z = client_with(&url, &place, short_timeout());
     let z_id = z.pool().client().unwrap().id();
     assert!(metadata(&url).end_client(z_id).unwrap());
-    let attr = z
+    let err = z
         .make_node(ROOT_INO, b"z", &NewNode::file(0o644, 0, 0))
-        .map(|_| ());
-    let err = attr.expect_err("a create of an ended client");
+        .expect_err("a create of an ended client");
     assert_eq!(err.errno(), libc::EIO, "{err}");
 
     // b ends k once it has been silent for the timeout, and makes garbage in a's segments.
@@ -116,6 +115,65 @@ fn segments_of_gone_clients_are_collected_and_an_ended_client_commits_nothing() 
     }
     z.pool().halt();
     for vfs in [b, c] {
+        vfs.shutdown().unwrap();
+    }
+}
+
+/// Garbage another client makes in a client's segments (it overwrites every file the first one
+/// wrote) is counted by the first client's next look at its segments, and its automatic reclaim
+/// then removes the segments that hold nothing live any more, while both stay mounted.
+#[test]
+fn a_client_reclaims_the_garbage_another_made_in_its_segments() {
+    let (url, place) = new_pool("othersgarbage", &[("compression", "off")]);
+    let (pool, _) = Pool::open_shared(&url, &place, short_timeout()).expect("mount a");
+    let reclaim = presso_fs::reclaim::ReclaimPolicy {
+        min_garbage: 1 << 20,
+        interval: Duration::from_millis(100),
+        ..Default::default()
+    };
+    let a = Vfs::new(
+        pool,
+        VfsConfig {
+            reclaim: Some(reclaim),
+            ..VfsConfig::default()
+        },
+    );
+    let b = client_with(&url, &place, short_timeout());
+    let mut files: Vec<Vec<u8>> = (0..4).map(|i| text(1_500_000, 60 + i)).collect();
+    for (i, data) in files.iter().enumerate() {
+        write_file(&a, ROOT_INO, &format!("f{i}"), data);
+    }
+    let written: Vec<u64> = a.pool().store().segments();
+    for (i, data) in files.iter_mut().enumerate() {
+        *data = text(1_500_000, 70 + i as u64);
+        let ino = b.lookup(ROOT_INO, format!("f{i}").as_bytes()).unwrap().ino;
+        let fh = b.open(ino).unwrap();
+        b.write(ino, 0, data).unwrap();
+        b.flush(ino).unwrap();
+        b.release(ino, fh).unwrap();
+    }
+    // a's sealed segments held only the old bytes: its reclaim removes them once it has
+    // counted the garbage (within five client timeouts, then its reclaim interval).
+    let sealed: Vec<u64> = written[..written.len() - 1].to_vec();
+    assert!(!sealed.is_empty(), "{written:?}");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let objects = segment_objects(&url, &place);
+        if sealed.iter().all(|n| !objects.contains(n)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a's segments {sealed:?} stayed: {objects:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for vfs in [&a, &b] {
+        for (i, data) in files.iter().enumerate() {
+            same(&read_file(vfs, ROOT_INO, &format!("f{i}")), data);
+        }
+    }
+    for vfs in [a, b] {
         vfs.shutdown().unwrap();
     }
 }
