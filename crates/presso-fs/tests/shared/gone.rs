@@ -74,12 +74,8 @@ fn segments_of_gone_clients_are_collected_and_an_ended_client_commits_nothing() 
         std::thread::sleep(Duration::from_millis(100));
     }
     b.unlink(ROOT_INO, b"f0").unwrap();
-    let ino = b.lookup(ROOT_INO, b"f1").unwrap().ino;
-    let fh = b.open(ino).unwrap();
     files[1] = text(1_500_000, 52);
-    b.write(ino, 0, &files[1]).unwrap();
-    b.flush(ino).unwrap();
-    b.release(ino, fh).unwrap();
+    overwrite_file(&b, ROOT_INO, "f1", &files[1]);
 
     // b collects: the gone clients' segments with garbage go, their live records with them.
     let gone = |n: &u64| [a_id, k_id, z_id].contains(&SegmentRange::client_of(*n));
@@ -146,11 +142,7 @@ fn a_client_reclaims_the_garbage_another_made_in_its_segments() {
     let written: Vec<u64> = a.pool().store().segments();
     for (i, data) in files.iter_mut().enumerate() {
         *data = text(1_500_000, 70 + i as u64);
-        let ino = b.lookup(ROOT_INO, format!("f{i}").as_bytes()).unwrap().ino;
-        let fh = b.open(ino).unwrap();
-        b.write(ino, 0, data).unwrap();
-        b.flush(ino).unwrap();
-        b.release(ino, fh).unwrap();
+        overwrite_file(&b, ROOT_INO, &format!("f{i}"), data);
     }
     // a's sealed segments held only the old bytes: its reclaim removes them once it has
     // counted the garbage (within five client timeouts, then its reclaim interval).

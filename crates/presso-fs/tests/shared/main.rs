@@ -79,6 +79,15 @@ fn write_file(vfs: &Vfs, dir: u64, name: &str, data: &[u8]) -> u64 {
     attr.ino
 }
 
+/// Opens the existing file `name` under `dir`, writes `data` over its start and closes it.
+fn overwrite_file(vfs: &Vfs, dir: u64, name: &str, data: &[u8]) {
+    let ino = vfs.lookup(dir, name.as_bytes()).expect("lookup").ino;
+    let fh = vfs.open(ino).expect("open");
+    vfs.write(ino, 0, data).expect("write");
+    vfs.flush(ino).expect("flush");
+    vfs.release(ino, fh).expect("close");
+}
+
 fn read_file(vfs: &Vfs, dir: u64, name: &str) -> Vec<u8> {
     let attr = vfs.lookup(dir, name.as_bytes()).expect("lookup");
     let fh = vfs.open(attr.ino).expect("open");
@@ -347,12 +356,8 @@ fn a_client_collects_its_own_segments_while_another_reads_them() {
     }
     // Garbage in a's segments: a removes one file, b overwrites another.
     a.unlink(ROOT_INO, b"f0").unwrap();
-    let ino = b.lookup(ROOT_INO, b"f1").unwrap().ino;
-    let fh = b.open(ino).unwrap();
     files[1] = text(1_500_000, 99);
-    b.write(ino, 0, &files[1]).unwrap();
-    b.flush(ino).unwrap();
-    b.release(ino, fh).unwrap();
+    overwrite_file(&b, ROOT_INO, "f1", &files[1]);
 
     let before = a.pool().store().segments();
     let report = presso_fs::maintenance::gc(a.pool(), 0.99, &mut |_| {}).unwrap();
