@@ -59,9 +59,10 @@ impl Store {
         Ok(numbers)
     }
 
-    /// Space accounting of another writer's segment, given the live entry bytes the metadata
-    /// counts in it (payload plus one envelope header per live entry, see
-    /// [`Store::set_live_records`]): its total is what the directory holds of it now.
+    /// Space accounting of another writer's segment, given the live entries the metadata counts
+    /// in it (`live_records` entries holding `live_payload` payload bytes, each with an envelope
+    /// of the segment's format, as in [`Store::set_live_records`]): its total is what the
+    /// directory holds of it now.
     pub fn other_segment_stats(
         &self,
         segment: u64,
