@@ -65,10 +65,12 @@ pub fn gc(pool: &Pool, min_live: f64, progress: &mut dyn FnMut(Progress)) -> Res
     collect(pool, Some(min_live), &|_| min_live, progress)
 }
 
-/// The pool-wide pass of a shared pool's maintenance lease holder over the segments of clients
-/// that are gone: removes those without a live record, and collects those whose live share is
-/// below `policy.min_live` when their garbage is worth it by `policy` (as the automatic reclaim
-/// decides for a client's own segments). Nothing if another client holds the lease.
+/// A shared pool's client's look at the segments: counts its own segments' live bytes again
+/// from the metadata (other clients' overwrites make garbage there, which its automatic
+/// reclaim then sees), and, if it holds the maintenance lease, goes over the segments of
+/// clients that are gone: removes those without a live record, and collects those whose live
+/// share is below `policy.min_live` when their garbage is worth it by `policy` (as the
+/// automatic reclaim decides for a client's own segments).
 pub fn collect_segments_of_gone_clients(pool: &Pool, policy: &ReclaimPolicy) -> Result<GcReport> {
     let min_live = |gone: &[SegmentStats]| match policy.worth_collecting(gone) {
         true => policy.min_live,
@@ -97,9 +99,9 @@ impl Candidate {
     }
 }
 
-/// Collects this store's own segments whose live share is below `own` (none if `None`) and
-/// the gone clients' segments below the share `others` picks from their accounting, plus
-/// those of them without a live record.
+/// Counts every segment's live bytes again, then collects this store's own segments whose
+/// live share is below `own` (none if `None`) and the gone clients' segments below the share
+/// `others` picks from their accounting, plus those of them without a live record.
 fn collect(
     pool: &Pool,
     own: Option<f64>,
@@ -113,8 +115,8 @@ fn collect(
     };
     let mut report = GcReport::default();
     let mut candidates = Vec::new();
+    let usage = pool.refresh_live()?;
     if let Some(min_live) = own {
-        pool.refresh_live()?;
         let all = pool.store().all_segment_stats();
         report.segments = all.len();
         candidates.extend(
@@ -123,7 +125,7 @@ fn collect(
                 .map(|stats| Candidate { stats, own: true }),
         );
     }
-    let gone = pool.segments_of_gone_clients()?;
+    let gone = pool.segments_of_gone_clients(&usage)?;
     report.segments += gone.len();
     let min_live = others(&gone);
     candidates.extend(

@@ -8,11 +8,11 @@
 //! client whose session is gone), so what it left is the others' to remove once no committed
 //! metadata refers to it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
-use presso_meta::MetaStore;
+use presso_meta::{MetaStore, SegmentUsage};
 use presso_store::{SegmentRange, SegmentStats};
 
 use super::shared::unix_now;
@@ -30,18 +30,10 @@ pub(super) fn tidy_interval(timeout: Duration) -> Duration {
     (timeout * 5).min(Duration::from_secs(300))
 }
 
-/// A client's look at the segments, off its heartbeat's thread: it counts again, from the
-/// metadata, the live bytes of its own segments, so that its automatic reclaim sees the
-/// garbage other clients made there (their overwrites and deletes of records in them); and if
-/// it holds the maintenance lease it collects the segments of gone clients
-/// ([`crate::maintenance::collect_segments_of_gone_clients`], by the automatic reclaim's rule).
+/// A client's look at the segments, off its heartbeat's thread
+/// ([`crate::maintenance::collect_segments_of_gone_clients`] by the automatic reclaim's rule),
+/// logging what it did.
 pub(super) fn tidy(pool: &Pool) {
-    {
-        let _one_at_a_time = pool.maintenance_lock();
-        if let Err(e) = pool.refresh_live() {
-            crate::log!("presso: counting the live bytes of the segments failed: {e}");
-        }
-    }
     let policy = crate::reclaim::ReclaimPolicy::default();
     match crate::maintenance::collect_segments_of_gone_clients(pool, &policy) {
         Ok(r) if r.gone_clients_segments > 0 => crate::log!(
@@ -50,7 +42,7 @@ pub(super) fn tidy(pool: &Pool) {
             r.records_moved
         ),
         Ok(_) => {}
-        Err(e) => crate::log!("presso: removing the segments of gone clients failed: {e}"),
+        Err(e) => crate::log!("presso: looking at the segments failed: {e}"),
     }
 }
 
@@ -146,12 +138,16 @@ impl Pool {
             .take_lease(MAINTENANCE_LEASE, client.id(), unix_now(), ttl)?)
     }
 
-    /// The segments in the object store of clients without a session, with their space as
-    /// the metadata counts it, if this client holds (or can take) the maintenance lease: only
+    /// The segments in the object store of clients without a session, with their space from
+    /// `usage` (the metadata's live records per segment), if this client holds (or can take)
+    /// the maintenance lease: only
     /// its holder collects them. Empty for a pool that is not shared. A segment with live
     /// records that cannot be opened is left out (scrub reports what is wrong with it); one
     /// without live records comes with the size it could be measured at, or 0.
-    pub(crate) fn segments_of_gone_clients(&self) -> Result<Vec<SegmentStats>> {
+    pub(crate) fn segments_of_gone_clients(
+        &self,
+        usage: &BTreeMap<u64, SegmentUsage>,
+    ) -> Result<Vec<SegmentStats>> {
         if !self.renew_maintenance_lease()? {
             return Ok(Vec::new());
         }
@@ -161,7 +157,6 @@ impl Pool {
         // between would have its first segment taken for a gone client's.
         let listed = self.store.other_segments()?;
         let live: BTreeSet<u64> = self.meta.clients()?.iter().map(|s| s.id).collect();
-        let usage = self.meta.segment_usage()?;
         let mut gone = Vec::new();
         for segment in listed {
             if live.contains(&SegmentRange::client_of(segment)) {

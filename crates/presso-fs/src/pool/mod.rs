@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use presso_codec::{Engine, EngineConfig, Offload};
-use presso_meta::{MetaStore, RecordRef, TxgOp, POOL_INO};
+use presso_meta::{MetaStore, RecordRef, SegmentUsage, TxgOp, POOL_INO};
 use presso_store::{FsDir, Location, StorageDir, Store, StoreConfig};
 
 use crate::error::{FsError, Result};
@@ -441,8 +441,10 @@ impl Pool {
         Ok(value)
     }
 
-    /// Recomputes every segment's live bytes from the metadata after committing what is queued.
-    pub fn refresh_live(&self) -> Result<()> {
+    /// Recomputes every segment's live bytes from the metadata after committing what is queued;
+    /// returns the live records of every segment the metadata counts (in a shared pool, other
+    /// clients' segments too).
+    pub fn refresh_live(&self) -> Result<BTreeMap<u64, SegmentUsage>> {
         self.commit(true)?;
         refresh_live(&self.store, &self.meta)
     }

@@ -45,8 +45,9 @@ pub(super) fn missing_segments(store: &Store, usage: &BTreeMap<u64, SegmentUsage
         .collect()
 }
 
-/// Sets every segment's live bytes from the metadata (exact: one GROUP BY over the records).
-pub(super) fn refresh_live(store: &Store, meta: &MetaStore) -> Result<()> {
+/// Sets every segment's live bytes from the metadata (exact: one GROUP BY over the records),
+/// and returns the live records of every segment the metadata counts, other writers' too.
+pub(super) fn refresh_live(store: &Store, meta: &MetaStore) -> Result<BTreeMap<u64, SegmentUsage>> {
     let usage = meta.segment_usage()?;
     for segment in store.segments() {
         let (records, bytes) = usage
@@ -54,5 +55,5 @@ pub(super) fn refresh_live(store: &Store, meta: &MetaStore) -> Result<()> {
             .map_or((0, 0), |u| (u.records, u.stored_bytes));
         store.set_live_records(segment, records, bytes)?;
     }
-    Ok(())
+    Ok(usage)
 }

@@ -163,25 +163,9 @@ impl SharedClient {
         let (lock, wake) = &*self.stop;
         *lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
         wake.notify_all();
-        let handle = self
-            .beating
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(h) = handle {
-            let _ = h.join();
-        }
+        join_thread_in(&self.beating);
         // No beat starts another look now; wait for the one under way.
-        let tidying = self
-            .tidying
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(h) = tidying {
-            if h.thread().id() != std::thread::current().id() {
-                let _ = h.join();
-            }
-        }
+        join_thread_in(&self.tidying);
     }
 
     /// Removes the client's local directory after a clean unmount.
@@ -206,6 +190,17 @@ impl SharedClient {
         let _ = meta.release_lease(MAINTENANCE_LEASE, self.id);
         if let Err(e) = meta.end_client(self.id) {
             crate::log!("presso: cannot end client {}'s session: {e}", self.id);
+        }
+    }
+}
+
+/// Waits for the thread whose handle `slot` holds, if any and if it is not this one (a pool
+/// whose last user is that thread is dropped there), and empties the slot.
+fn join_thread_in(slot: &Mutex<Option<JoinHandle<()>>>) {
+    let handle = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(h) = handle {
+        if h.thread().id() != std::thread::current().id() {
+            let _ = h.join();
         }
     }
 }
