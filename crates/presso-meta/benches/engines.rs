@@ -66,6 +66,14 @@ fn frame(serial: u64) -> RecordRef {
     }
 }
 
+/// A mode change that changes something: 0600 and 0644 in turn.
+fn other_mode(n: u64) -> SetAttr {
+    SetAttr {
+        mode: Some(if n.is_multiple_of(2) { 0o600 } else { 0o644 }),
+        ..SetAttr::default()
+    }
+}
+
 fn operations(c: &mut Criterion, engine: &str, s: &MetaStore) {
     let (dir, file) = populate(s);
     let mut g = c.benchmark_group(format!("meta-op/{engine}"));
@@ -86,12 +94,19 @@ fn operations(c: &mut Criterion, engine: &str, s: &MetaStore) {
     });
     g.bench_function("setattr mode", |b| {
         b.iter(|| {
-            let set = SetAttr {
-                mode: Some(if n.is_multiple_of(2) { 0o600 } else { 0o644 }),
-                ..SetAttr::default()
-            };
+            let set = other_mode(n);
             n += 1;
             s.setattr(file, &set).unwrap()
+        })
+    });
+    // The pattern of a file system's requests: each read follows a commit, so a read
+    // connection's page cache is stale every time.
+    g.bench_function("setattr then lookup", |b| {
+        b.iter(|| {
+            let set = other_mode(n);
+            n += 1;
+            s.setattr(file, &set).unwrap();
+            s.lookup(dir, b"f500").unwrap()
         })
     });
     let mut serial = 0u64;

@@ -221,6 +221,13 @@ pub struct RecordLocation {
 pub trait MetaEngine: Send + Sync {
     /// Begins a read-only transaction.
     fn read(&self) -> Result<Box<dyn Txn + '_>>;
+    /// Begins a read-only transaction for a read that may visit many rows (a whole-pool count,
+    /// a segment's records, a scan). An engine that serves short reads where they can hold up a
+    /// writer (SQLite: on the write connection while it is idle) serves this one apart, so a
+    /// long read never makes writers wait. [`MetaEngine::read`] by default.
+    fn read_scan(&self) -> Result<Box<dyn Txn + '_>> {
+        self.read()
+    }
     /// Begins a read-write transaction. Dropping it without commit rolls it back.
     fn write(&self) -> Result<Box<dyn Txn + '_>>;
     /// Like [`MetaEngine::write`], but once [`Txn::commit`] returns, the transaction and every

@@ -77,6 +77,10 @@ pub enum MetaError {
          client timeout): nothing more of it commits; unmount and mount the pool again"
     )]
     SessionEnded(u64),
+    /// Another process has the database open (`EBUSY`): the engine holds its file for one
+    /// process at a time (a mounted pool's daemon). The text is for logs only.
+    #[error("the metadata database is in use by another process: {0}")]
+    InUse(String),
     /// The database was written by a newer version of this crate (`EIO`).
     #[error("metadata schema version {found} is newer than the supported version {supported}")]
     SchemaTooNew {
@@ -104,6 +108,7 @@ impl MetaError {
             MetaError::UnsupportedNamespace => libc::EOPNOTSUPP,
             MetaError::TooManyLinks => libc::EMLINK,
             MetaError::Full => libc::ENOSPC,
+            MetaError::InUse(_) => libc::EBUSY,
             MetaError::Corrupt(_)
             | MetaError::Io(_)
             | MetaError::EngineFailure(_)

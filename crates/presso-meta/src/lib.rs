@@ -212,6 +212,14 @@ impl MetaStore {
         Ok(r)
     }
 
+    /// [`MetaStore::read`] for reads that may visit many rows: see [`MetaEngine::read_scan`].
+    pub(crate) fn read_scan<R>(&self, f: impl FnOnce(&mut dyn Txn) -> Result<R>) -> Result<R> {
+        let mut tx = self.engine.read_scan()?;
+        let r = f(&mut *tx)?;
+        tx.commit()?;
+        Ok(r)
+    }
+
     pub(crate) fn write<R>(&self, f: impl FnOnce(&mut dyn Txn) -> Result<R>) -> Result<R> {
         // A client whose session is gone writes nothing: see `MetaStore::act_as_client`.
         let mut tx = self.engine.write_as(false, self.client())?;

@@ -105,19 +105,19 @@ impl MetaStore {
     /// Number and stored bytes of the non-inline records pointing into each segment (segments
     /// nothing points into are absent), to rebuild the store's live/dead accounting at open.
     pub fn segment_usage(&self) -> Result<BTreeMap<u64, SegmentUsage>> {
-        self.read(|tx| tx.segment_usage())
+        self.read_scan(|tx| tx.segment_usage())
     }
 
     /// Number, logical and stored bytes of the records of each codec id over the whole pool
     /// (codecs without records are absent): the per-codec ratio `presso status` shows.
     pub fn codec_usage(&self) -> Result<BTreeMap<u8, CodecSpace>> {
-        self.read(|tx| tx.codec_usage())
+        self.read_scan(|tx| tx.codec_usage())
     }
 
     /// Every non-inline record pointing into `segment`, ordered by (offset, ino, index): what
     /// garbage collection must move before the segment can go.
     pub fn records_in_segment(&self, segment: u64) -> Result<Vec<RecordLocation>> {
-        self.read(|tx| tx.records_in_segment(segment))
+        self.read_scan(|tx| tx.records_in_segment(segment))
     }
 
     /// Up to `limit` records of all files (inline ones included) in (ino, index) order, starting
@@ -135,6 +135,6 @@ impl MetaStore {
         if after.is_some_and(|(ino, _)| ino > i64::MAX as u64) {
             return Ok(Vec::new());
         }
-        self.read(|tx| tx.scan_records(after, limit))
+        self.read_scan(|tx| tx.scan_records(after, limit))
     }
 }

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Barrier;
 
 use presso_meta::memory::MemoryEngine;
 use presso_meta::postgres::test_server::TestServer;
@@ -2789,9 +2790,11 @@ fn sqlite_readers_keep_their_snapshot_while_a_writer_commits() {
     w.set_counter("c", 1).unwrap();
     w.commit().unwrap();
 
-    let mut early = e.read().unwrap();
+    // Long reads: a short one (`read`) may run on the idle write connection, and a write
+    // waits for it to end.
+    let mut early = e.read_scan().unwrap();
     assert_eq!(early.get_counter("c").unwrap(), 1);
-    let mut other = e.read().unwrap();
+    let mut other = e.read_scan().unwrap();
     assert_eq!(other.get_counter("c").unwrap(), 1);
     // with one shared connection this write would wait for the open readers forever
     let mut w = e.write().unwrap();
@@ -2819,6 +2822,64 @@ fn sqlite_readers_keep_their_snapshot_while_a_writer_commits() {
     let mut again = e.read().unwrap();
     assert_eq!(again.get_counter("c").unwrap(), 2);
     drop(again);
+    drop(e);
+    remove_db(&path.unwrap());
+}
+
+/// A short read runs on the write connection while that is idle (whose page cache no commit
+/// made stale); a read begun while that one is open, or while a write is, takes a connection of
+/// its own; each sees every commit made before it began.
+#[test]
+fn sqlite_short_reads_share_the_idle_write_connection() {
+    let (e, path) = sqlite_engine();
+    let mut w = e.write().unwrap();
+    w.set_counter("c", 1).unwrap();
+    w.commit().unwrap();
+    let mut first = e.read().unwrap();
+    assert_eq!(first.get_counter("c").unwrap(), 1);
+    // The write connection is taken: this one must not wait for it.
+    let mut second = e.read().unwrap();
+    assert_eq!(second.get_counter("c").unwrap(), 1);
+    assert!(
+        second.set_counter("c", 5).is_err(),
+        "a read transaction wrote"
+    );
+    assert!(
+        first.set_counter("c", 5).is_err(),
+        "a read transaction wrote"
+    );
+    drop(second);
+    first.commit().unwrap();
+    // A writer on another thread and reads here, alternating: each read sees the last commit.
+    let engine = &*e;
+    for n in 2..20u64 {
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let mut w = engine.write().unwrap();
+                w.set_counter("c", n).unwrap();
+                w.commit().unwrap();
+            });
+        });
+        let mut r = engine.read().unwrap();
+        assert_eq!(r.get_counter("c").unwrap(), n);
+        drop(r);
+        // a write open on another thread leaves reads a connection of their own
+        let (begun, hold) = (Barrier::new(2), Barrier::new(2));
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let mut w = engine.write().unwrap();
+                w.set_counter("c", 100).unwrap();
+                begun.wait();
+                hold.wait();
+                drop(w); // rolled back
+            });
+            begun.wait();
+            let mut r = engine.read().unwrap();
+            assert_eq!(r.get_counter("c").unwrap(), n, "saw an uncommitted write");
+            drop(r);
+            hold.wait();
+        });
+    }
     drop(e);
     remove_db(&path.unwrap());
 }

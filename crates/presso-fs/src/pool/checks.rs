@@ -8,7 +8,7 @@ use std::path::Path;
 use presso_meta::{MetaError, MetaStore, SegmentUsage};
 use presso_store::header::POOL_FILE;
 use presso_store::io::parse_segment_file_name;
-use presso_store::{Committed, PoolHeader, StorageDir, Store, StoreError, LOCK_FILE};
+use presso_store::{Committed, LockWatch, PoolHeader, StorageDir, Store, StoreError, LOCK_FILE};
 
 use super::metacopy::COPY_FILE;
 use super::META_FILE;
@@ -85,10 +85,25 @@ pub(crate) fn read_header(dir: &dyn StorageDir) -> Result<PoolHeader> {
 /// The error for the metadata of the pool at `pool` that cannot be opened.
 pub(super) fn unusable_metadata(pool: &Path, error: MetaError) -> FsError {
     let reason = match error {
+        // Not damage: another process (a mount) has the pool open.
+        MetaError::InUse(_) => return StoreError::InUse { pid: None }.into(),
         MetaError::NotInitialized(why) => why,
         other => format!("{}: {other}", pool.join(META_FILE).display()),
     };
     with_copy_hint(pool, FsError::MetadataUnusable(reason))
+}
+
+/// Refuses a pool whose lock another process holds before its metadata is opened: the
+/// metadata engine holds its file for one process, so opening it first would wait for the busy
+/// timeout and then refuse with less to say.
+pub(super) fn refuse_if_in_use(pool: &Path) -> Result<()> {
+    match LockWatch::open(pool) {
+        Ok(watch) if watch.is_held().unwrap_or(false) => {
+            Err(StoreError::InUse { pid: None }.into())
+        }
+        // No lock file yet, or one we cannot open: the store's own lock decides.
+        _ => Ok(()),
+    }
 }
 
 /// Adds to a refusal of the metadata of the pool at `pool` how to rebuild it: `presso recover`,

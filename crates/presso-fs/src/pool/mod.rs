@@ -221,6 +221,7 @@ impl Pool {
         })?;
         // Not a pool at all is the clearer message, so the header goes first.
         checks::read_header(&dir)?;
+        checks::refuse_if_in_use(path)?;
         let meta = MetaStore::open_sqlite(path.join(META_FILE))
             .map_err(|e| checks::unusable_metadata(path, e))?;
         let (pool, report) = Pool::open_with(Arc::new(dir), meta, options)

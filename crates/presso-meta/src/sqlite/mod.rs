@@ -6,10 +6,21 @@
 //! `BLOB`s, which SQLite orders with `memcmp` then length, the same order as `Vec<u8>`.
 //!
 //! Concurrency: write transactions are serialized on the write connection (`BEGIN IMMEDIATE`).
-//! Read transactions take a connection from the pool (at most [`READ_CONNECTIONS`], opened on
-//! first need, `query_only`), waiting for one to come back when all are busy. In WAL mode a read
-//! transaction's snapshot is fixed by its first statement and kept until it ends, so it is
+//! A read transaction runs on the write connection when that is idle: its page cache is always
+//! current there, where a read connection must reload every page a commit since its last
+//! transaction changed. Otherwise, and always for [`MetaEngine::read_scan`], it takes a connection
+//! from the pool (at most [`READ_CONNECTIONS`], opened on first need, `query_only`), waiting for
+//! one to come back when all are busy; so a writer waits at most for one short read. In WAL mode a
+//! read transaction's snapshot is fixed by its first statement and kept until it ends, so it is
 //! consistent and includes every commit made before the transaction began.
+//!
+//! Locking: every connection opens the file through SQLite's `unix-excl` VFS. The first one to
+//! read takes an exclusive lock on the file for the whole process, which the connections of the
+//! process share; the log's index then lives in the process's memory instead of a `-shm` file,
+//! so beginning and ending a transaction takes no file locks (docs/benchmarks.md, "SQLite's
+//! share of a namespace request"). Another process cannot open the database while the
+//! engine has it open ([`MetaError::InUse`] after the busy timeout); nothing needs to, as
+//! `presso` commands reach a mounted pool through its control socket.
 //!
 //! Durability: commits use the `synchronous` level the engine was opened with, except those of
 //! [`MetaEngine::write_durable`] transactions, which run with `synchronous=FULL` (SQLite refuses
@@ -24,7 +35,7 @@ mod tests;
 mod txn;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, TryLockError};
 
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags};
@@ -43,7 +54,25 @@ pub const READ_CONNECTIONS: usize = 4;
 pub const COUNTER_DURABLE_COMMITS: &str = "sqlite_durable_commits";
 
 /// Prepared statements kept per connection: more than the engine has, so none is re-prepared.
-const STATEMENT_CACHE: usize = 64;
+const STATEMENT_CACHE: usize = 80;
+
+/// The SQLite VFS every connection opens the file with (see "Locking" above).
+const VFS: &str = "unix-excl";
+
+/// Flags every connection of the engine opens with (`NO_MUTEX`: each connection is used by one
+/// thread at a time, behind the engine's own locks).
+fn open_flags() -> OpenFlags {
+    OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX
+}
+
+/// Opens a connection to the file at `path`, creating it when `create`.
+fn connect(path: &Path, create: bool) -> Result<Connection> {
+    let flags = match create {
+        true => open_flags() | OpenFlags::SQLITE_OPEN_CREATE,
+        false => open_flags(),
+    };
+    Connection::open_with_flags_and_vfs(path, flags, VFS).map_err(eng)
+}
 
 /// SQLite `synchronous` setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -106,6 +135,10 @@ fn classify(e: rusqlite::Error, conn: Option<&Connection>) -> MetaError {
             MetaError::Corrupt(format!("sqlite: {e}"))
         }
         Some(ErrorCode::SystemIoFailure) => MetaError::Io(format!("sqlite: {e}")),
+        // The engine's own connections never wait for each other past the busy timeout (one
+        // writer behind a mutex, readers never block in WAL mode): another process holds the
+        // file.
+        Some(ErrorCode::DatabaseBusy) => MetaError::InUse(format!("sqlite: {e}")),
         _ => MetaError::engine(format!("sqlite: {e}")),
     }
 }
@@ -115,6 +148,12 @@ fn system_errno(conn: &Connection) -> i32 {
     // SAFETY: the handle is valid while `conn` is borrowed, and sqlite3_system_errno only reads a
     // field of the connection; it does not use or keep the pointer beyond the call.
     unsafe { rusqlite::ffi::sqlite3_system_errno(conn.handle()) }
+}
+
+/// Runs a transaction-control statement (`BEGIN …`, `COMMIT`, `ROLLBACK`) from the connection's
+/// statement cache: parsing it anew for every transaction was a measurable part of a short one.
+fn control(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
 fn poisoned<T>(_: T) -> MetaError {
@@ -170,7 +209,7 @@ impl SqliteEngine {
                 path.display()
             )));
         }
-        let conn = Connection::open(path).map_err(eng)?;
+        let conn = connect(path, true)?;
         Self::start(conn, path, opts)
     }
 
@@ -195,10 +234,7 @@ impl SqliteEngine {
             }
             Ok(_) => {}
         }
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_URI
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(path, flags).map_err(eng)?;
+        let conn = connect(path, false)?;
         // Closing the last connection of a database in WAL mode checkpoints the log into the
         // file and removes it; a refused open must leave both as they are.
         conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
@@ -238,13 +274,7 @@ impl SqliteEngine {
     }
 
     fn open_reader(&self) -> Result<Connection> {
-        let conn = Connection::open_with_flags(
-            &self.path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE
-                | OpenFlags::SQLITE_OPEN_URI
-                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(eng)?;
+        let conn = connect(&self.path, false)?;
         configure(&conn)?;
         conn.execute_batch("PRAGMA query_only=ON").map_err(eng)?;
         Ok(conn)
@@ -300,9 +330,29 @@ impl SqliteEngine {
         }
     }
 
+    /// A read transaction on the write connection if that is idle, else on a pooled one.
+    fn begin_short_read(&self) -> Result<SqliteTxn<'_>> {
+        let w = match self.writer.try_lock() {
+            Ok(w) => w,
+            Err(TryLockError::WouldBlock) => return self.begin_read(),
+            Err(TryLockError::Poisoned(e)) => return Err(poisoned(e)),
+        };
+        if !w.conn.is_autocommit() {
+            // Left open by a failed rollback: the next write transaction rolls it back.
+            drop(w);
+            return self.begin_read();
+        }
+        control(&w.conn, "BEGIN DEFERRED").map_err(eng_on(&w.conn))?;
+        Ok(SqliteTxn {
+            handle: Handle::ReadOnWriter(w),
+            open: true,
+            durable: false,
+        })
+    }
+
     fn begin_read(&self) -> Result<SqliteTxn<'_>> {
         let conn = self.take_reader()?;
-        if let Err(e) = conn.execute_batch("BEGIN DEFERRED") {
+        if let Err(e) = control(&conn, "BEGIN DEFERRED") {
             self.give_back(conn);
             return Err(eng(e));
         }
@@ -317,7 +367,7 @@ impl SqliteEngine {
         let mut w = self.writer.lock().map_err(poisoned)?;
         if !w.conn.is_autocommit() {
             // Left open by a failed rollback; nothing of it may survive.
-            w.conn.execute_batch("ROLLBACK").map_err(eng_on(&w.conn))?;
+            control(&w.conn, "ROLLBACK").map_err(eng_on(&w.conn))?;
         }
         let want = if durable {
             Synchronous::Full
@@ -330,9 +380,7 @@ impl SqliteEngine {
                 .map_err(eng_on(&w.conn))?;
             w.sync_now = want;
         }
-        w.conn
-            .execute_batch("BEGIN IMMEDIATE")
-            .map_err(eng_on(&w.conn))?;
+        control(&w.conn, "BEGIN IMMEDIATE").map_err(eng_on(&w.conn))?;
         Ok(SqliteTxn {
             handle: Handle::Write(w),
             open: true,
@@ -384,6 +432,10 @@ impl MetaEngine for SqliteEngine {
     }
 
     fn read(&self) -> Result<Box<dyn Txn + '_>> {
+        Ok(Box::new(self.begin_short_read()?))
+    }
+
+    fn read_scan(&self) -> Result<Box<dyn Txn + '_>> {
         Ok(Box::new(self.begin_read()?))
     }
 

@@ -11,7 +11,7 @@ use super::rows::{
     idx, records_in_segment_sql, row_to_inode, row_to_location, row_to_record, CODEC_USAGE_SQL,
     LIST_ORPHANS_SQL, RECORD_COLS, SEGMENT_USAGE_SQL,
 };
-use super::{eng_on, SqliteEngine, Writer, COUNTER_DURABLE_COMMITS};
+use super::{control, eng_on, SqliteEngine, Writer, COUNTER_DURABLE_COMMITS};
 use crate::engine::{
     CodecSpace, Dentry, FileKind, InodeRow, ListedDentry, RecordLocation, RecordRef, SegmentUsage,
     Txn,
@@ -20,6 +20,8 @@ use crate::error::{MetaError, Result};
 
 pub(super) enum Handle<'a> {
     Write(MutexGuard<'a, Writer>),
+    /// A read transaction on the write connection, taken while it was idle.
+    ReadOnWriter(MutexGuard<'a, Writer>),
     /// The connection is `None` only while it is being handed back in `drop`.
     Read(&'a SqliteEngine, Option<Connection>),
 }
@@ -37,7 +39,7 @@ impl Drop for SqliteTxn<'_> {
             if let Ok(c) = self.c() {
                 // A failed rollback is caught later: the write connection is rolled back at the
                 // next BEGIN, a read connection is closed instead of reused.
-                let _ = c.execute_batch("ROLLBACK");
+                let _ = control(c, "ROLLBACK");
             }
         }
         if let Handle::Read(engine, conn) = &mut self.handle {
@@ -52,7 +54,7 @@ impl SqliteTxn<'_> {
     /// The connection of this transaction.
     pub(super) fn c(&self) -> Result<&Connection> {
         match &self.handle {
-            Handle::Write(w) => Ok(&w.conn),
+            Handle::Write(w) | Handle::ReadOnWriter(w) => Ok(&w.conn),
             Handle::Read(_, Some(c)) => Ok(c),
             Handle::Read(_, None) => Err(MetaError::engine("read connection already returned")),
         }
@@ -71,7 +73,7 @@ impl SqliteTxn<'_> {
     pub(super) fn w(&self) -> Result<&Connection> {
         match &self.handle {
             Handle::Write(w) => Ok(&w.conn),
-            Handle::Read(..) => Err(MetaError::engine(
+            Handle::Read(..) | Handle::ReadOnWriter(_) => Err(MetaError::engine(
                 "write attempted in a read-only transaction",
             )),
         }
@@ -572,7 +574,7 @@ impl Txn for SqliteTxn<'_> {
                 .execute(params![COUNTER_DURABLE_COMMITS])
                 .map_err(self.err())?;
         }
-        self.c()?.execute_batch("COMMIT").map_err(self.err())?;
+        control(self.c()?, "COMMIT").map_err(self.err())?;
         self.open = false;
         Ok(())
     }
