@@ -91,6 +91,11 @@ impl Candidate {
         self.stats.total_bytes - self.stats.dead_bytes
     }
 
+    /// Whether it holds garbage and less than `min_live` of it is live.
+    fn worth(&self, min_live: f64) -> bool {
+        self.stats.dead_bytes > 0 && (self.live() as f64) < min_live * self.stats.total_bytes as f64
+    }
+
     fn live_share(&self) -> f64 {
         match self.stats.total_bytes {
             0 => 0.0,
@@ -109,10 +114,6 @@ fn collect(
     progress: &mut dyn FnMut(Progress),
 ) -> Result<GcReport> {
     let _one_at_a_time = pool.maintenance_lock();
-    let worth = |s: &SegmentStats, min_live: f64| {
-        let live = s.total_bytes - s.dead_bytes;
-        s.dead_bytes > 0 && (live as f64) < min_live * s.total_bytes as f64
-    };
     let mut report = GcReport::default();
     let mut candidates = Vec::new();
     let usage = pool.refresh_live()?;
@@ -121,8 +122,8 @@ fn collect(
         report.segments = all.len();
         candidates.extend(
             all.into_iter()
-                .filter(|s| worth(s, min_live))
-                .map(|stats| Candidate { stats, own: true }),
+                .map(|stats| Candidate { stats, own: true })
+                .filter(|c| c.worth(min_live)),
         );
     }
     let gone = pool.segments_of_gone_clients(&usage)?;
@@ -130,8 +131,8 @@ fn collect(
     let min_live = others(&gone);
     candidates.extend(
         gone.into_iter()
-            .filter(|s| s.total_bytes == s.dead_bytes || worth(s, min_live))
-            .map(|stats| Candidate { stats, own: false }),
+            .map(|stats| Candidate { stats, own: false })
+            .filter(|c| c.live() == 0 || c.worth(min_live)),
     );
     candidates.sort_by(|a, b| a.live_share().total_cmp(&b.live_share()));
     let total: u64 = candidates.iter().map(Candidate::live).sum();

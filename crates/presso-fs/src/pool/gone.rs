@@ -56,17 +56,19 @@ pub(super) fn maintain(
     pool_dir: &Path,
     timeout: Duration,
 ) -> Result<Option<Vec<u64>>> {
-    let ended = match meta.take_lease(
-        MAINTENANCE_LEASE,
-        me,
-        unix_now(),
-        timeout.as_secs().max(1) as i64,
-    )? {
+    let ended = match take_maintenance_lease(meta, me, timeout)? {
         true => Some(end_stopped_clients(meta, me, timeout)?),
         false => None,
     };
     remove_directories_of_gone_clients(meta, pool_dir)?;
     Ok(ended)
+}
+
+/// Takes or renews the maintenance lease for client `me` for `timeout`: `Ok(false)` if another
+/// client holds it.
+fn take_maintenance_lease(meta: &MetaStore, me: u64, timeout: Duration) -> Result<bool> {
+    let ttl = timeout.as_secs().max(1) as i64;
+    Ok(meta.take_lease(MAINTENANCE_LEASE, me, unix_now(), ttl)?)
 }
 
 /// Takes every other client silent for longer than `timeout` for stopped: removes the files it
@@ -132,10 +134,7 @@ impl Pool {
         let Some(client) = self.client() else {
             return Ok(false);
         };
-        let ttl = self.options().client_timeout.as_secs().max(1) as i64;
-        Ok(self
-            .meta
-            .take_lease(MAINTENANCE_LEASE, client.id(), unix_now(), ttl)?)
+        take_maintenance_lease(&self.meta, client.id(), self.options().client_timeout)
     }
 
     /// The segments in the object store of clients without a session, with their space from

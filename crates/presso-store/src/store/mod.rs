@@ -34,8 +34,8 @@ mod segments;
 pub use config::{SegmentRange, StoreConfig, CLIENT_SHIFT};
 
 use open::{
-    create_own_segment, entry_bytes, fix_tail, lock_dir, open_sealed_segment, read_pool_header,
-    recover_last_segment, stats_of, LastSegment,
+    create_own_segment, dead_bytes, entry_bytes, fix_tail, lock_dir, open_sealed_segment,
+    read_pool_header, recover_last_segment, stats_of, LastSegment,
 };
 
 /// Default size at which the store moves on to a new segment (256 MiB).

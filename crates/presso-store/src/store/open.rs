@@ -17,6 +17,19 @@ pub(super) fn entry_bytes(end: u64) -> u64 {
     end.saturating_sub(SEGMENT_HEADER_LEN)
 }
 
+/// Dead bytes of segment `segment`, which holds `total` entry bytes of which `live` are live
+/// (as the metadata counts them); more live bytes than it holds is
+/// [`StoreError::LiveBytesTooLarge`].
+pub(super) fn dead_bytes(segment: u64, total: u64, live: u64) -> Result<u64> {
+    total
+        .checked_sub(live)
+        .ok_or(StoreError::LiveBytesTooLarge {
+            segment,
+            live,
+            total,
+        })
+}
+
 pub(super) fn stats_of(seg: &Segment) -> SegmentStats {
     SegmentStats {
         segment: seg.number,

@@ -14,11 +14,7 @@ impl Store {
         let seg = self.other_segment(loc.segment)?;
         let wanted = loc.offset.saturating_add(seg.entry_len(loc));
         if seg.end.load(Ordering::Acquire) < wanted {
-            let len = seg
-                .storage
-                .len()
-                .map_err(|e| io_error(&seg.name, 0, "stat", e))?;
-            seg.end.fetch_max(len, Ordering::AcqRel);
+            grown_to_file(&seg)?;
         }
         Ok(seg)
     }
@@ -70,24 +66,13 @@ impl Store {
         live_payload: u64,
     ) -> Result<SegmentStats> {
         let seg = self.other_segment(segment)?;
-        let len = seg
-            .storage
-            .len()
-            .map_err(|e| io_error(&seg.name, 0, "stat", e))?;
-        seg.end.fetch_max(len, Ordering::AcqRel);
+        grown_to_file(&seg)?;
         let total = entry_bytes(seg.end.load(Ordering::Acquire));
         let live = live_payload + live_records * seg.format.header_len() as u64;
-        if live > total {
-            return Err(StoreError::LiveBytesTooLarge {
-                segment,
-                live,
-                total,
-            });
-        }
         Ok(SegmentStats {
             segment,
             total_bytes: total,
-            dead_bytes: total - live,
+            dead_bytes: dead_bytes(segment, total, live)?,
         })
     }
 
@@ -110,4 +95,15 @@ impl Store {
             .sync_dir()
             .map_err(|e| io_error(&self.dir.describe(), 0, "sync directory", e))
     }
+}
+
+/// Moves another writer's segment's end up to its file's length now (that writer may have
+/// appended since it was opened).
+fn grown_to_file(seg: &Segment) -> Result<()> {
+    let len = seg
+        .storage
+        .len()
+        .map_err(|e| io_error(&seg.name, 0, "stat", e))?;
+    seg.end.fetch_max(len, Ordering::AcqRel);
+    Ok(())
 }

@@ -173,14 +173,8 @@ impl Store {
     pub fn set_live_bytes(&self, segment: u64, live_entry_bytes: u64) -> Result<()> {
         let seg = self.segment(segment)?;
         let total = entry_bytes(seg.end.load(Ordering::Acquire));
-        if live_entry_bytes > total {
-            return Err(StoreError::LiveBytesTooLarge {
-                segment,
-                live: live_entry_bytes,
-                total,
-            });
-        }
-        seg.dead.store(total - live_entry_bytes, Ordering::Relaxed);
+        let dead = dead_bytes(segment, total, live_entry_bytes)?;
+        seg.dead.store(dead, Ordering::Relaxed);
         Ok(())
     }
 
