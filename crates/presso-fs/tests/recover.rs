@@ -249,7 +249,7 @@ fn corrupted_metadata_is_rebuilt_from_the_copy_and_the_segments() {
     let damaged = report
         .moved_aside
         .iter()
-        .find(|n| !n.ends_with("-wal") && !n.ends_with("-shm"))
+        .find(|n| !n.ends_with("-wal") && !n.ends_with("-shm") && !n.ends_with("-intent"))
         .unwrap();
     assert_eq!(
         std::fs::read(dir.0.join(damaged)).unwrap(),

@@ -238,11 +238,12 @@ fn open_copy(copy: &Path, work: &Path, dir: &dyn StorageDir, id: &str) -> Result
     Ok(meta)
 }
 
-/// Renames `meta.db` and its log files, if present, to `<name>.damaged-<UTC time>`.
+/// Renames `meta.db` and its log files (SQLite's and the intent log), if present, to
+/// `<name>.damaged-<UTC time>`.
 fn move_aside(path: &Path) -> Result<Vec<String>> {
     let stamp = utc_stamp();
     let mut moved = Vec::new();
-    for suffix in ["", "-wal", "-shm"] {
+    for suffix in ["", "-wal", "-shm", "-intent"] {
         let name = format!("{META_FILE}{suffix}");
         let from = path.join(&name);
         if std::fs::symlink_metadata(&from).is_err() {
@@ -264,7 +265,7 @@ fn move_aside(path: &Path) -> Result<Vec<String>> {
 
 /// Removes `file` and its SQLite log files, if present (a leftover of an interrupted recovery).
 fn remove_with_log(file: &Path) -> Result<()> {
-    for suffix in ["", "-wal", "-shm", "-journal"] {
+    for suffix in ["", "-wal", "-shm", "-journal", "-intent"] {
         let mut name = file.as_os_str().to_owned();
         name.push(suffix);
         let p = PathBuf::from(name);
