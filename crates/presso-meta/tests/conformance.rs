@@ -2827,12 +2827,12 @@ fn sqlite_readers_keep_their_snapshot_while_a_writer_commits() {
 }
 
 /// A short read runs on the write connection while that is idle (whose page cache no commit
-/// made stale); a read begun while that one is open, or while a write is, takes a connection of
-/// its own; each sees every commit made before it began.
+/// made stale); a read begun while that one is open, or while a durable write is, takes a
+/// connection of its own; each sees every commit made before it began.
 #[test]
 fn sqlite_short_reads_share_the_idle_write_connection() {
     let (e, path) = sqlite_engine();
-    let mut w = e.write().unwrap();
+    let mut w = e.write_durable().unwrap();
     w.set_counter("c", 1).unwrap();
     w.commit().unwrap();
     let mut first = e.read().unwrap();
@@ -2855,7 +2855,7 @@ fn sqlite_short_reads_share_the_idle_write_connection() {
     for n in 2..20u64 {
         std::thread::scope(|scope| {
             scope.spawn(|| {
-                let mut w = engine.write().unwrap();
+                let mut w = engine.write_durable().unwrap();
                 w.set_counter("c", n).unwrap();
                 w.commit().unwrap();
             });
@@ -2863,11 +2863,11 @@ fn sqlite_short_reads_share_the_idle_write_connection() {
         let mut r = engine.read().unwrap();
         assert_eq!(r.get_counter("c").unwrap(), n);
         drop(r);
-        // a write open on another thread leaves reads a connection of their own
+        // a durable write open on another thread leaves reads a connection of their own
         let (begun, hold) = (Barrier::new(2), Barrier::new(2));
         std::thread::scope(|scope| {
             scope.spawn(|| {
-                let mut w = engine.write().unwrap();
+                let mut w = engine.write_durable().unwrap();
                 w.set_counter("c", 100).unwrap();
                 begun.wait();
                 hold.wait();
@@ -2878,6 +2878,43 @@ fn sqlite_short_reads_share_the_idle_write_connection() {
             assert_eq!(r.get_counter("c").unwrap(), n, "saw an uncommitted write");
             drop(r);
             hold.wait();
+        });
+    }
+    drop(e);
+    remove_db(&path.unwrap());
+}
+
+/// Ordinary writes are grouped: each is committed to the intent log, and SQLite commits the
+/// group later. Every read sees them at once, on whichever thread: a short read waits for the
+/// write connection while a group is open, and a scan commits the group first. A write that
+/// fails or is dropped leaves the rest of its group as it was.
+#[test]
+fn sqlite_grouped_writes_are_seen_by_every_read() {
+    let (e, path) = sqlite_engine();
+    let engine = &*e;
+    for n in 1..30u64 {
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let mut w = engine.write().unwrap();
+                w.set_counter("c", n).unwrap();
+                w.put_record(n, 0, &rec(n, 40, 40)).unwrap();
+                w.commit().unwrap();
+                let mut dropped = engine.write().unwrap();
+                dropped.set_counter("c", 1000).unwrap();
+                dropped.delete_records_from(n, 0).unwrap();
+                drop(dropped);
+            });
+        });
+        let mut r = engine.read().unwrap();
+        assert_eq!(r.get_counter("c").unwrap(), n);
+        assert_eq!(r.list_records(n, 0..1).unwrap().len(), 1);
+        drop(r);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let mut scan = engine.read_scan().unwrap();
+                assert_eq!(scan.get_counter("c").unwrap(), n);
+                assert_eq!(scan.scan_records(None, 100).unwrap().len(), n as usize);
+            });
         });
     }
     drop(e);

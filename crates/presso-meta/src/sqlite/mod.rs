@@ -5,14 +5,18 @@
 //! limited to `0..i64::MAX` by the semantic layer so their order is kept. Byte-string keys are
 //! `BLOB`s, which SQLite orders with `memcmp` then length, the same order as `Vec<u8>`.
 //!
-//! Concurrency: write transactions are serialized on the write connection (`BEGIN IMMEDIATE`).
-//! A read transaction runs on the write connection when that is idle: its page cache is always
-//! current there, where a read connection must reload every page a commit since its last
-//! transaction changed. Otherwise, and always for [`MetaEngine::read_scan`], it takes a connection
-//! from the pool (at most [`READ_CONNECTIONS`], opened on first need, `query_only`), waiting for
-//! one to come back when all are busy; so a writer waits at most for one short read. In WAL mode a
-//! read transaction's snapshot is fixed by its first statement and kept until it ends, so it is
-//! consistent and includes every commit made before the transaction began.
+//! Concurrency: write transactions are serialized on the write connection (`BEGIN IMMEDIATE`);
+//! with `synchronous=NORMAL` the ordinary ones are grouped into one open SQLite transaction and
+//! committed through the intent log ([`group`], [`intent`]). A read transaction runs on the write
+//! connection when that is idle: its page cache is always current there, where a read connection
+//! must reload every page a commit since its last transaction changed. While a group is open it
+//! runs there inside the group, waiting for the connection if need be, since a read connection
+//! would not see the group. Otherwise, and always for [`MetaEngine::read_scan`] (which commits
+//! the open group first), it takes a connection from the pool (at most [`READ_CONNECTIONS`],
+//! opened on first need, `query_only`), waiting for one to come back when all are busy. In WAL
+//! mode a read transaction's snapshot is fixed by its first statement and kept until it ends, so
+//! it is consistent and includes every commit made before the transaction began. A thread must
+//! not begin a transaction while it holds another on the same engine.
 //!
 //! Locking: every connection opens the file through SQLite's `unix-excl` VFS. The first one to
 //! read takes an exclusive lock on the file for the whole process, which the connections of the
@@ -23,11 +27,14 @@
 //! `presso` commands reach a mounted pool through its control socket.
 //!
 //! Durability: commits use the `synchronous` level the engine was opened with, except those of
-//! [`MetaEngine::write_durable`] transactions, which run with `synchronous=FULL` (SQLite refuses
+//! [`MetaEngine::write_durable`] transactions, which commit the open group, then run with
+//! `synchronous=FULL` (SQLite refuses
 //! to change the level inside a transaction, so it is switched before `BEGIN` and switched back
 //! before the next ordinary write). In WAL mode `FULL` syncs the log at commit, and because the
 //! log is written in order, that also makes every earlier commit durable.
 
+mod group;
+mod intent;
 mod rows;
 mod schema;
 #[cfg(test)]
@@ -35,7 +42,8 @@ mod tests;
 mod txn;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Condvar, Mutex, TryLockError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
 
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags};
@@ -43,6 +51,8 @@ use rusqlite::{Connection, OpenFlags};
 use crate::engine::{MetaEngine, Txn};
 use crate::error::{MetaError, Result};
 
+use group::Groups;
+pub use group::COUNTER_INTENT_GROUP;
 pub use schema::SCHEMA_VERSION;
 use txn::{Handle, SqliteTxn};
 
@@ -171,6 +181,10 @@ fn configure(conn: &Connection) -> Result<()> {
 struct Writer {
     conn: Connection,
     sync_now: Synchronous,
+    /// Group commit, when the engine was opened with `synchronous=NORMAL`.
+    groups: Option<Groups>,
+    /// Why the connection lost its open group, when it did (see [`Writer::check_usable`]).
+    broken: Option<String>,
 }
 
 /// Read connections not in use, and how many exist in total.
@@ -189,6 +203,8 @@ pub struct SqliteEngine {
     writer: Mutex<Writer>,
     readers: Mutex<Pool>,
     returned: Condvar,
+    /// Whether the write connection holds an open group (see [`Groups::flag`]).
+    group_open: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for SqliteEngine {
@@ -207,6 +223,13 @@ impl SqliteEngine {
             return Err(MetaError::invalid(format!(
                 "{} already exists; a new database needs a fresh file",
                 path.display()
+            )));
+        }
+        let log = intent::path_for(path);
+        if std::fs::metadata(&log).is_ok_and(|m| m.len() > 0) {
+            return Err(MetaError::invalid(format!(
+                "{} already exists; it belongs to a database that was there before",
+                log.display()
             )));
         }
         let conn = connect(path, true)?;
@@ -255,14 +278,33 @@ impl SqliteEngine {
             .map_err(eng_on(&conn))?;
 
         schema::create_or_check(&mut conn)?;
+        let (log, committed, _) = group::replay_at_open(&conn, path, opts.synchronous)?;
+        let group_open = Arc::new(AtomicBool::new(false));
+        let groups = match opts.synchronous {
+            // Every commit is durable: there is nothing for a group to save.
+            Synchronous::Full => {
+                drop(log);
+                remove_log(path)?;
+                None
+            }
+            Synchronous::Normal => Some(Groups {
+                log,
+                committed,
+                open: None,
+                flag: group_open.clone(),
+            }),
+        };
         // Read connections are opened later, possibly after the working directory changed.
         let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
         Ok(SqliteEngine {
             path,
             sync: opts.synchronous,
+            group_open,
             writer: Mutex::new(Writer {
                 conn,
                 sync_now: opts.synchronous,
+                groups,
+                broken: None,
             }),
             readers: Mutex::new(Pool {
                 idle: Vec::new(),
@@ -331,12 +373,26 @@ impl SqliteEngine {
     }
 
     /// A read transaction on the write connection if that is idle, else on a pooled one.
+    /// While a group is open, a read connection would not see it, so the read waits for the
+    /// write connection instead.
     fn begin_short_read(&self) -> Result<SqliteTxn<'_>> {
         let w = match self.writer.try_lock() {
             Ok(w) => w,
-            Err(TryLockError::WouldBlock) => return self.begin_read(),
+            Err(TryLockError::WouldBlock) if !self.group_open.load(Ordering::SeqCst) => {
+                return self.begin_read()
+            }
+            Err(TryLockError::WouldBlock) => self.writer.lock().map_err(poisoned)?,
             Err(TryLockError::Poisoned(e)) => return Err(poisoned(e)),
         };
+        w.check_usable()?;
+        if w.in_group() {
+            return Ok(SqliteTxn {
+                handle: Handle::ReadOnWriter(w),
+                open: false,
+                durable: false,
+                redo: None,
+            });
+        }
         if !w.conn.is_autocommit() {
             // Left open by a failed rollback: the next write transaction rolls it back.
             drop(w);
@@ -347,7 +403,36 @@ impl SqliteEngine {
             handle: Handle::ReadOnWriter(w),
             open: true,
             durable: false,
+            redo: None,
         })
+    }
+
+    /// A read transaction on a pooled connection that sees everything committed so far: the
+    /// open group is committed first. If that commit fails (a full disk), the read runs inside
+    /// the group on the write connection instead, so that it still sees everything.
+    fn begin_scan(&self) -> Result<SqliteTxn<'_>> {
+        if self.group_open.load(Ordering::SeqCst) {
+            let mut w = self.writer.lock().map_err(poisoned)?;
+            w.check_usable()?;
+            if w.commit_group().is_err() {
+                w.check_usable()?;
+                return Ok(SqliteTxn {
+                    handle: Handle::ReadOnWriter(w),
+                    open: false,
+                    durable: false,
+                    redo: None,
+                });
+            }
+        }
+        self.begin_read()
+    }
+
+    /// Commits the open group, if any, so that SQLite's file alone holds everything committed.
+    fn commit_open_group(&self) -> Result<MutexGuard<'_, Writer>> {
+        let mut w = self.writer.lock().map_err(poisoned)?;
+        w.check_usable()?;
+        w.commit_group()?;
+        Ok(w)
     }
 
     fn begin_read(&self) -> Result<SqliteTxn<'_>> {
@@ -360,11 +445,27 @@ impl SqliteEngine {
             handle: Handle::Read(self, Some(conn)),
             open: true,
             durable: false,
+            redo: None,
         })
     }
 
     fn begin_write(&self, durable: bool) -> Result<SqliteTxn<'_>> {
         let mut w = self.writer.lock().map_err(poisoned)?;
+        w.check_usable()?;
+        let grouped = !durable && w.groups.is_some();
+        if !grouped {
+            // A durable commit covers every earlier one, the open group's included.
+            w.commit_group()?;
+        }
+        if grouped && w.in_group() {
+            w.begin_grouped()?;
+            return Ok(SqliteTxn {
+                handle: Handle::Write(w),
+                open: true,
+                durable: false,
+                redo: Some(Default::default()),
+            });
+        }
         if !w.conn.is_autocommit() {
             // Left open by a failed rollback; nothing of it may survive.
             control(&w.conn, "ROLLBACK").map_err(eng_on(&w.conn))?;
@@ -380,18 +481,28 @@ impl SqliteEngine {
                 .map_err(eng_on(&w.conn))?;
             w.sync_now = want;
         }
+        if grouped {
+            w.begin_grouped()?;
+            return Ok(SqliteTxn {
+                handle: Handle::Write(w),
+                open: true,
+                durable: false,
+                redo: Some(Default::default()),
+            });
+        }
         control(&w.conn, "BEGIN IMMEDIATE").map_err(eng_on(&w.conn))?;
         Ok(SqliteTxn {
             handle: Handle::Write(w),
             open: true,
             durable,
+            redo: None,
         })
     }
 }
 
 impl MetaEngine for SqliteEngine {
     fn checkpoint(&self) -> Result<()> {
-        let writer = self.writer.lock().map_err(poisoned)?;
+        let writer = self.commit_open_group()?;
         writer
             .conn
             .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
@@ -402,6 +513,7 @@ impl MetaEngine for SqliteEngine {
         let target = path
             .to_str()
             .ok_or_else(|| MetaError::invalid("the copy's path is not UTF-8"))?;
+        drop(self.commit_open_group()?);
         let conn = self.take_reader()?;
         // A read connection: the copy is one read transaction's snapshot, and writers go on.
         // `query_only` refuses VACUUM INTO (it writes, if only to another file), so it is lifted
@@ -428,7 +540,10 @@ impl MetaEngine for SqliteEngine {
         // reopening the file.
         let closed = Connection::open_in_memory().map_err(eng)?;
         let conn = std::mem::replace(&mut writer.conn, closed);
-        conn.close().map_err(|(_, e)| eng(e))
+        conn.close().map_err(|(_, e)| eng(e))?;
+        // Everything the log held is committed and checkpointed.
+        writer.groups = None;
+        remove_log(&self.path)
     }
 
     fn read(&self) -> Result<Box<dyn Txn + '_>> {
@@ -436,7 +551,7 @@ impl MetaEngine for SqliteEngine {
     }
 
     fn read_scan(&self) -> Result<Box<dyn Txn + '_>> {
-        Ok(Box::new(self.begin_read()?))
+        Ok(Box::new(self.begin_scan()?))
     }
 
     fn write(&self) -> Result<Box<dyn Txn + '_>> {
@@ -445,5 +560,41 @@ impl MetaEngine for SqliteEngine {
 
     fn write_durable(&self) -> Result<Box<dyn Txn + '_>> {
         Ok(Box::new(self.begin_write(true)?))
+    }
+}
+
+impl Drop for SqliteEngine {
+    /// Commits the open group, so that the database file alone is complete after an engine was
+    /// dropped without [`MetaEngine::close`]; if that fails, the intent log keeps the group.
+    fn drop(&mut self) {
+        if let Ok(mut w) = self.writer.lock() {
+            if w.broken.is_none() && w.groups.is_some() && w.commit_group().is_ok() {
+                w.groups = None;
+                let _ = remove_log(&self.path);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+impl SqliteEngine {
+    /// Ends the engine as a killed process would: the open group is never committed to SQLite,
+    /// the intent log keeps it.
+    fn abandon(self) {
+        let mut w = self.writer.lock().unwrap();
+        w.groups = None;
+        if !w.conn.is_autocommit() {
+            control(&w.conn, "ROLLBACK").unwrap();
+        }
+    }
+}
+
+/// Removes the intent log of the database at `db` (only once everything in it is committed).
+fn remove_log(db: &Path) -> Result<()> {
+    match std::fs::remove_file(intent::path_for(db)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(MetaError::Io(format!("intent log: {e}")))
+        }
+        _ => Ok(()),
     }
 }

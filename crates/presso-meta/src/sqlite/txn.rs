@@ -7,6 +7,7 @@ use std::sync::MutexGuard;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
+use super::intent::Redo;
 use super::rows::{
     idx, records_in_segment_sql, row_to_inode, row_to_location, row_to_record, CODEC_USAGE_SQL,
     LIST_ORPHANS_SQL, RECORD_COLS, SEGMENT_USAGE_SQL,
@@ -24,6 +25,8 @@ pub(super) enum Handle<'a> {
     ReadOnWriter(MutexGuard<'a, Writer>),
     /// The connection is `None` only while it is being handed back in `drop`.
     Read(&'a SqliteEngine, Option<Connection>),
+    /// Inside a transaction its owner began and ends: replaying the intent log.
+    Replay(&'a Connection),
 }
 
 pub(super) struct SqliteTxn<'a> {
@@ -31,11 +34,18 @@ pub(super) struct SqliteTxn<'a> {
     pub(super) open: bool,
     /// Begun by [`MetaEngine::write_durable`].
     pub(super) durable: bool,
+    /// The changes of a grouped write transaction (see [`super::group`]), which runs under a
+    /// savepoint of the open group and commits by appending them to the intent log.
+    pub(super) redo: Option<Redo>,
 }
 
 impl Drop for SqliteTxn<'_> {
     fn drop(&mut self) {
-        if self.open {
+        if self.redo.take().is_some() {
+            if let Handle::Write(w) = &mut self.handle {
+                w.abort_grouped();
+            }
+        } else if self.open {
             if let Ok(c) = self.c() {
                 // A failed rollback is caught later: the write connection is rolled back at the
                 // next BEGIN, a read connection is closed instead of reused.
@@ -56,6 +66,7 @@ impl SqliteTxn<'_> {
         match &self.handle {
             Handle::Write(w) | Handle::ReadOnWriter(w) => Ok(&w.conn),
             Handle::Read(_, Some(c)) => Ok(c),
+            Handle::Replay(c) => Ok(c),
             Handle::Read(_, None) => Err(MetaError::engine("read connection already returned")),
         }
     }
@@ -73,9 +84,17 @@ impl SqliteTxn<'_> {
     pub(super) fn w(&self) -> Result<&Connection> {
         match &self.handle {
             Handle::Write(w) => Ok(&w.conn),
+            Handle::Replay(c) => Ok(c),
             Handle::Read(..) | Handle::ReadOnWriter(_) => Err(MetaError::engine(
                 "write attempted in a read-only transaction",
             )),
+        }
+    }
+
+    /// Notes a change for the intent log, if this transaction is grouped.
+    fn log(&mut self, change: impl FnOnce(&mut Redo)) {
+        if let Some(redo) = self.redo.as_mut() {
+            change(redo);
         }
     }
 }
@@ -104,6 +123,7 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn put_inode(&mut self, row: &InodeRow) -> Result<()> {
+        self.log(|r| r.put_inode(row));
         let conn = self.w()?;
         let mut st = conn
             .prepare_cached(
@@ -135,6 +155,7 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn delete_inode(&mut self, ino: u64) -> Result<bool> {
+        self.log(|r| r.delete_inode(ino));
         let n = self
             .w()?
             .prepare_cached("DELETE FROM inodes WHERE ino = ?1")
@@ -162,6 +183,7 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn put_dentry(&mut self, parent: u64, name: &[u8], entry: Dentry) -> Result<()> {
+        self.log(|r| r.put_dentry(parent, name, entry));
         self.w()?
             .prepare_cached(
                 "INSERT OR REPLACE INTO dentries (parent, name, ino, kind) VALUES (?1, ?2, ?3, ?4)",
@@ -178,6 +200,7 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn delete_dentry(&mut self, parent: u64, name: &[u8]) -> Result<bool> {
+        self.log(|r| r.delete_dentry(parent, name));
         let n = self
             .w()?
             .prepare_cached("DELETE FROM dentries WHERE parent = ?1 AND name = ?2")
@@ -297,6 +320,7 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn set_xattr(&mut self, ino: u64, name: &[u8], value: &[u8]) -> Result<()> {
+        self.log(|r| r.set_xattr(ino, name, value));
         self.w()?
             .prepare_cached("INSERT OR REPLACE INTO xattrs (ino, name, value) VALUES (?1, ?2, ?3)")
             .map_err(self.err())?
@@ -306,6 +330,7 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn delete_xattr(&mut self, ino: u64, name: &[u8]) -> Result<bool> {
+        self.log(|r| r.delete_xattr(ino, name));
         let n = self
             .w()?
             .prepare_cached("DELETE FROM xattrs WHERE ino = ?1 AND name = ?2")
@@ -347,6 +372,7 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn put_record(&mut self, ino: u64, index: u64, rec: &RecordRef) -> Result<()> {
+        self.log(|r| r.put_record(ino, index, rec));
         self.w()?
             .prepare_cached(&format!(
                 "INSERT OR REPLACE INTO records (ino, {RECORD_COLS})
@@ -369,6 +395,7 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn delete_record(&mut self, ino: u64, index: u64) -> Result<bool> {
+        self.log(|r| r.delete_record(ino, index));
         let n = self
             .w()?
             .prepare_cached("DELETE FROM records WHERE ino = ?1 AND idx = ?2")
@@ -396,6 +423,7 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn delete_records_from(&mut self, ino: u64, from: u64) -> Result<Vec<(u64, RecordRef)>> {
+        self.log(|r| r.delete_records_from(ino, from));
         self.w()?;
         let out = self.list_records(ino, from..u64::MAX)?;
         self.w()?
@@ -510,6 +538,7 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn set_prop(&mut self, ino: u64, name: &str, value: &str) -> Result<()> {
+        self.log(|r| r.set_prop(ino, name, value));
         self.w()?
             .prepare_cached("INSERT OR REPLACE INTO props (ino, name, value) VALUES (?1, ?2, ?3)")
             .map_err(self.err())?
@@ -519,6 +548,7 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn delete_prop(&mut self, ino: u64, name: &str) -> Result<bool> {
+        self.log(|r| r.delete_prop(ino, name));
         let n = self
             .w()?
             .prepare_cached("DELETE FROM props WHERE ino = ?1 AND name = ?2")
@@ -552,6 +582,7 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn set_counter(&mut self, name: &str, value: u64) -> Result<()> {
+        self.log(|r| r.set_counter(name, value));
         self.w()?
             .prepare_cached("INSERT OR REPLACE INTO counters (name, value) VALUES (?1, ?2)")
             .map_err(self.err())?
@@ -561,6 +592,20 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn commit(mut self: Box<Self>) -> Result<()> {
+        if let Some(redo) = self.redo.take() {
+            // The savepoint is ended here, whatever the outcome; the group is not this handle's.
+            self.open = false;
+            return match &mut self.handle {
+                Handle::Write(w) => w.end_grouped(redo),
+                _ => Err(MetaError::engine(
+                    "a grouped transaction off the write connection",
+                )),
+            };
+        }
+        if !self.open {
+            // A read inside the open group, or a replay: the transaction is not this handle's.
+            return Ok(());
+        }
         if self.durable {
             // A transaction that wrote nothing appends nothing to the log, and then its commit
             // syncs nothing either; this write makes sure the log (and every earlier commit in it)
