@@ -42,7 +42,8 @@ if [ "$fuzz_seconds" -gt 0 ]; then
     # Debug assertions on (-a), so an arithmetic overflow is a finding. One input running 10 s is a
     # hang. -len_control=0 gives the file-shaped targets long inputs from the start. A target's
     # last line is its run count; a finding prints the end of its log and fails the script.
-    for target in frame_decode segment_recovery pool_header segment_header_and_envelope metadata_pages; do
+    for target in frame_decode segment_recovery pool_header segment_header_and_envelope metadata_pages \
+      intent_log; do
       case "$target" in
         frame_decode | pool_header) extra=() ;;
         *) extra=(-len_control=0) ;;
