@@ -457,29 +457,23 @@ impl SqliteEngine {
             // A durable commit covers every earlier one, the open group's included.
             w.commit_group()?;
         }
-        if grouped && w.in_group() {
-            w.begin_grouped()?;
-            return Ok(SqliteTxn {
-                handle: Handle::Write(w),
-                open: true,
-                durable: false,
-                redo: Some(Default::default()),
-            });
-        }
-        if !w.conn.is_autocommit() {
-            // Left open by a failed rollback; nothing of it may survive.
-            control(&w.conn, "ROLLBACK").map_err(eng_on(&w.conn))?;
-        }
-        let want = if durable {
-            Synchronous::Full
-        } else {
-            self.sync
-        };
-        if w.sync_now != want {
-            w.conn
-                .execute_batch(want.pragma())
-                .map_err(eng_on(&w.conn))?;
-            w.sync_now = want;
+        // A group already open has its level set and nothing left over to roll back.
+        if !(grouped && w.in_group()) {
+            if !w.conn.is_autocommit() {
+                // Left open by a failed rollback; nothing of it may survive.
+                control(&w.conn, "ROLLBACK").map_err(eng_on(&w.conn))?;
+            }
+            let want = if durable {
+                Synchronous::Full
+            } else {
+                self.sync
+            };
+            if w.sync_now != want {
+                w.conn
+                    .execute_batch(want.pragma())
+                    .map_err(eng_on(&w.conn))?;
+                w.sync_now = want;
+            }
         }
         if grouped {
             w.begin_grouped()?;
