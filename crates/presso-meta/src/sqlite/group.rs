@@ -5,10 +5,10 @@
 //! a durable transaction, a scan on a read connection, a checkpoint, a copy, close.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
-use rusqlite::{params, Connection};
+use rusqlite::Connection;
 
 use super::intent::{self, IntentLog, Position, Redo};
 use super::txn::{Handle, SqliteTxn};
@@ -46,6 +46,16 @@ pub(super) struct OpenGroup {
     started: Instant,
 }
 
+impl OpenGroup {
+    /// A group just begun, empty.
+    fn new() -> Self {
+        OpenGroup {
+            ops: 0,
+            started: Instant::now(),
+        }
+    }
+}
+
 /// Name of the savepoint each grouped transaction runs under.
 const SAVEPOINT: &str = "SAVEPOINT op";
 const RELEASE: &str = "RELEASE op";
@@ -68,7 +78,8 @@ impl Writer {
         self.groups.as_ref().is_some_and(|g| g.open.is_some())
     }
 
-    /// Begins a grouped transaction: opens a group if none is, then a savepoint.
+    /// Begins a grouped transaction: opens a group if none is, then a savepoint. The caller has
+    /// rolled back a transaction a failed rollback left open, and set the `synchronous` level.
     pub(super) fn begin_grouped(&mut self) -> Result<()> {
         let conn = &self.conn;
         let Some(groups) = self.groups.as_mut() else {
@@ -77,15 +88,8 @@ impl Writer {
             ));
         };
         if groups.open.is_none() {
-            if !conn.is_autocommit() {
-                // Left open by a failed rollback; nothing of it may survive.
-                control(conn, "ROLLBACK").map_err(eng_on(conn))?;
-            }
             control(conn, "BEGIN IMMEDIATE").map_err(eng_on(conn))?;
-            groups.open = Some(OpenGroup {
-                ops: 0,
-                started: Instant::now(),
-            });
+            groups.open = Some(OpenGroup::new());
             groups.flag.store(true, Ordering::SeqCst);
         }
         control(conn, SAVEPOINT).map_err(eng_on(conn))
@@ -147,12 +151,9 @@ impl Writer {
             return Ok(());
         }
         let number = groups.committed + 1;
-        let committed = self
-            .conn
-            .prepare_cached("INSERT OR REPLACE INTO counters (name, value) VALUES (?1, ?2)")
-            .and_then(|mut st| st.execute(params![COUNTER_INTENT_GROUP, number as i64]))
-            .and_then(|_| control(&self.conn, "COMMIT"))
-            .map_err(eng_on(&self.conn));
+        let committed = SqliteTxn::replaying(&self.conn)
+            .set_counter(COUNTER_INTENT_GROUP, number)
+            .and_then(|()| control(&self.conn, "COMMIT").map_err(eng_on(&self.conn)));
         if let Err(e) = committed {
             self.restore_group(&e.to_string());
             return Err(e);
@@ -188,10 +189,7 @@ impl Writer {
         let held = groups.log.read_back()?;
         let records = intent::to_replay(&held, groups.committed);
         control(conn, "BEGIN IMMEDIATE").map_err(eng_on(conn))?;
-        groups.open = Some(OpenGroup {
-            ops: 0,
-            started: Instant::now(),
-        });
+        groups.open = Some(OpenGroup::new());
         let mut tx = SqliteTxn::replaying(conn);
         for (pos, body) in &records {
             if pos.group != groups.committed + 1 {
@@ -208,12 +206,12 @@ impl Writer {
 
 /// Replays, at open, the intent log's records that continue the last group SQLite committed,
 /// commits them with `synchronous=FULL`, then empties the log (see [`intent::to_replay`]).
-/// Returns the log, the last committed group, and how many records were replayed.
+/// Returns the log and the last committed group.
 pub(super) fn replay_at_open(
     conn: &Connection,
     path: &std::path::Path,
     sync: Synchronous,
-) -> Result<(IntentLog, u64, usize)> {
+) -> Result<(IntentLog, u64)> {
     let (mut log, held) = IntentLog::open(&intent::path_for(path))?;
     let mut committed = SqliteTxn::replaying(conn).get_counter(COUNTER_INTENT_GROUP)?;
     let records = intent::to_replay(&held, committed);
@@ -244,15 +242,26 @@ pub(super) fn replay_at_open(
         log.clear()?;
         log.sync()?;
     }
-    Ok((log, committed, records.len()))
+    Ok((log, committed))
 }
 
 impl<'a> SqliteTxn<'a> {
     /// A transaction handle on `conn` inside a transaction the caller began and ends, whose
-    /// changes are not logged: for replaying the intent log.
+    /// changes are not logged: for replaying the intent log and numbering a group.
     pub(super) fn replaying(conn: &'a Connection) -> Self {
         SqliteTxn {
             handle: Handle::Replay(conn),
+            open: false,
+            durable: false,
+            redo: None,
+        }
+    }
+
+    /// A read inside the open group on the write connection `w`: the transaction is the group's,
+    /// so this handle neither commits nor rolls it back.
+    pub(super) fn reading_in_group(w: MutexGuard<'a, Writer>) -> Self {
+        SqliteTxn {
+            handle: Handle::ReadOnWriter(w),
             open: false,
             durable: false,
             redo: None,

@@ -278,7 +278,7 @@ impl SqliteEngine {
             .map_err(eng_on(&conn))?;
 
         schema::create_or_check(&mut conn)?;
-        let (log, committed, _) = group::replay_at_open(&conn, path, opts.synchronous)?;
+        let (log, committed) = group::replay_at_open(&conn, path, opts.synchronous)?;
         let group_open = Arc::new(AtomicBool::new(false));
         let groups = match opts.synchronous {
             // Every commit is durable: there is nothing for a group to save.
@@ -386,12 +386,7 @@ impl SqliteEngine {
         };
         w.check_usable()?;
         if w.in_group() {
-            return Ok(SqliteTxn {
-                handle: Handle::ReadOnWriter(w),
-                open: false,
-                durable: false,
-                redo: None,
-            });
+            return Ok(SqliteTxn::reading_in_group(w));
         }
         if !w.conn.is_autocommit() {
             // Left open by a failed rollback: the next write transaction rolls it back.
@@ -416,12 +411,7 @@ impl SqliteEngine {
             w.check_usable()?;
             if w.commit_group().is_err() {
                 w.check_usable()?;
-                return Ok(SqliteTxn {
-                    handle: Handle::ReadOnWriter(w),
-                    open: false,
-                    durable: false,
-                    redo: None,
-                });
+                return Ok(SqliteTxn::reading_in_group(w));
             }
         }
         self.begin_read()
