@@ -35,6 +35,7 @@
 
 mod group;
 mod intent;
+mod primitives;
 mod rows;
 mod schema;
 #[cfg(test)]
