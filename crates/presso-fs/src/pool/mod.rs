@@ -498,11 +498,15 @@ impl Pool {
         }
         // The database file alone is then complete: a copy without its log loses nothing.
         let result = result.and_then(|()| Ok(self.meta.close()?));
-        let result = result.and(self.store.close().map_err(FsError::from));
+        let (closed, lock) = self.store.close_keeping_lock();
+        let result = result.and(closed.map_err(FsError::from));
         if let Some(c) = &self.client {
-            // Everything it held is in the object store now, or was never committed.
+            // Everything it held is in the object store now, or was never committed. Removed
+            // under the pool's lock, which `presso unmount` waits for: once the lock is free,
+            // nothing of the client is left on this machine.
             c.remove_local_dir();
         }
+        drop(lock);
         result
     }
 

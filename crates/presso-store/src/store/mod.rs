@@ -435,12 +435,22 @@ impl Store {
     /// position (best effort) and reports the failure: the entries past it may or may not have
     /// reached the disk, nothing committed names them, and the next open should not find them.
     pub fn close(&self) -> Result<()> {
+        let (result, lock) = self.close_keeping_lock();
+        drop(lock);
+        result
+    }
+
+    /// [`Store::close`], handing the pool's lock to the caller instead of releasing it: work
+    /// that must be over before anyone may take the pool (removing a shared client's local
+    /// directory, which holds the lock file) is done under it, and the lock goes when the caller
+    /// drops it.
+    pub fn close_keeping_lock(&self) -> (Result<()>, Option<DirLock>) {
         let result = self.sync().map(|_| ());
         if self.is_failed() {
             self.cut_to_durable();
         }
-        self.abandon();
-        result
+        self.refuse_appends();
+        (result, self.lock.lock().take())
     }
 
     /// Cuts the open segment back to what the last successful sync covered. Never below it:
@@ -465,12 +475,15 @@ impl Store {
     /// Refuses appends from now on and releases the pool's lock without syncing anything: what
     /// a killed process leaves (for crash tests).
     pub fn abandon(&self) {
+        self.refuse_appends();
+        self.lock.lock().take();
+    }
+
+    fn refuse_appends(&self) {
         let mut a = self.appender.lock();
         if a.failed.is_none() {
             a.failed = Some("the pool was closed".into());
         }
-        drop(a);
-        self.lock.lock().take();
     }
 
     /// Makes every entry appended so far durable and returns the durable position. Concurrent
