@@ -134,7 +134,9 @@ impl Writer {
 
     /// Undoes a grouped transaction that is not committed, keeping the rest of its group.
     pub(super) fn abort_grouped(&mut self) {
-        let undone = control(&self.conn, ROLLBACK_TO).and_then(|()| control(&self.conn, RELEASE));
+        let undone = self
+            .rollback(ROLLBACK_TO)
+            .and_then(|()| control(&self.conn, RELEASE));
         if let Err(e) = undone {
             self.restore_group(&format!("rollback of a transaction failed: {e}"));
         }
@@ -178,6 +180,8 @@ impl Writer {
     }
 
     fn replay_open_group(&mut self) -> Result<()> {
+        // The replay below writes rows without the cache.
+        self.inodes.clear();
         let conn = &self.conn;
         let Some(groups) = self.groups.as_mut() else {
             return Ok(());

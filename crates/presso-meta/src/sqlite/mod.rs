@@ -33,11 +33,14 @@
 //! before the next ordinary write). In WAL mode `FULL` syncs the log at commit, and because the
 //! log is written in order, that also makes every earlier commit durable.
 
+mod cache;
 mod group;
 mod intent;
 mod primitives;
 mod rows;
 mod schema;
+#[cfg(test)]
+mod cache_tests;
 #[cfg(test)]
 mod tests;
 mod txn;
@@ -52,6 +55,7 @@ use rusqlite::{Connection, OpenFlags};
 use crate::engine::{MetaEngine, Txn};
 use crate::error::{MetaError, Result};
 
+use cache::InodeCache;
 use group::Groups;
 pub use group::COUNTER_INTENT_GROUP;
 pub use schema::SCHEMA_VERSION;
@@ -186,6 +190,17 @@ struct Writer {
     groups: Option<Groups>,
     /// Why the connection lost its open group, when it did (see [`Writer::check_usable`]).
     broken: Option<String>,
+    /// Inode rows as this connection sees them now (see [`cache`]).
+    inodes: InodeCache,
+}
+
+impl Writer {
+    /// Runs a `ROLLBACK` or `ROLLBACK TO` statement, forgetting the cached rows first: whether
+    /// or not it succeeds, what they showed may be undone.
+    fn rollback(&mut self, statement: &str) -> rusqlite::Result<()> {
+        self.inodes.clear();
+        control(&self.conn, statement)
+    }
 }
 
 /// Read connections not in use, and how many exist in total.
@@ -306,6 +321,7 @@ impl SqliteEngine {
                 sync_now: opts.synchronous,
                 groups,
                 broken: None,
+                inodes: InodeCache::default(),
             }),
             readers: Mutex::new(Pool {
                 idle: Vec::new(),
@@ -452,7 +468,7 @@ impl SqliteEngine {
         if !(grouped && w.in_group()) {
             if !w.conn.is_autocommit() {
                 // Left open by a failed rollback; nothing of it may survive.
-                control(&w.conn, "ROLLBACK").map_err(eng_on(&w.conn))?;
+                w.rollback("ROLLBACK").map_err(eng_on(&w.conn))?;
             }
             let want = if durable {
                 Synchronous::Full
@@ -525,6 +541,7 @@ impl MetaEngine for SqliteEngine {
         // reopening the file.
         let closed = Connection::open_in_memory().map_err(eng)?;
         let conn = std::mem::replace(&mut writer.conn, closed);
+        writer.inodes.clear();
         conn.close().map_err(|(_, e)| eng(e))?;
         // Everything the log held is committed and checkpointed.
         writer.groups = None;
@@ -569,7 +586,7 @@ impl SqliteEngine {
         let mut w = self.writer.lock().unwrap();
         w.groups = None;
         if !w.conn.is_autocommit() {
-            control(&w.conn, "ROLLBACK").unwrap();
+            w.rollback("ROLLBACK").unwrap();
         }
     }
 }

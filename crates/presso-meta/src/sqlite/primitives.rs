@@ -19,68 +19,84 @@ use crate::error::{MetaError, Result};
 
 impl Txn for SqliteTxn<'_> {
     fn get_inode(&mut self, ino: u64) -> Result<Option<InodeRow>> {
-        let mut st = self
+        if let Some(row) = self.inodes().and_then(|c| c.get(ino)) {
+            return Ok(Some(row));
+        }
+        let got = self
             .c()?
             .prepare_cached(
                 "SELECT ino, kind, mode, uid, gid, size, nlink, atime_s, atime_ns, mtime_s,
                         mtime_ns, ctime_s, ctime_ns, rdev, parent, target
                  FROM inodes WHERE ino = ?1",
             )
-            .map_err(self.err())?;
-        let got = st
-            .query_row(params![ino as i64], row_to_inode)
-            .optional()
-            .map_err(self.err())?;
-        match got {
-            None => Ok(None),
+            .map_err(self.err())
+            .and_then(|mut st| {
+                st.query_row(params![ino as i64], row_to_inode)
+                    .optional()
+                    .map_err(self.err())
+            });
+        let row = match self.settle(got)? {
+            None => return Ok(None),
             Some((mut row, kind)) => {
                 row.attr.kind = FileKind::from_code(kind)?;
-                Ok(Some(row))
+                row
             }
+        };
+        if let Some(cache) = self.inodes() {
+            cache.put(&row);
         }
+        Ok(Some(row))
     }
 
     fn put_inode(&mut self, row: &InodeRow) -> Result<()> {
         self.log(|r| r.put_inode(row));
         let conn = self.w()?;
-        let mut st = conn
+        let done = conn
             .prepare_cached(
                 "INSERT OR REPLACE INTO inodes (ino, kind, mode, uid, gid, size, nlink, atime_s,
                     atime_ns, mtime_s, mtime_ns, ctime_s, ctime_ns, rdev, parent, target)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
             )
-            .map_err(self.err())?;
-        st.execute(params![
-            row.attr.ino as i64,
-            row.attr.kind.code(),
-            row.attr.mode,
-            row.attr.uid,
-            row.attr.gid,
-            row.attr.size as i64,
-            row.attr.nlink,
-            row.attr.atime.secs,
-            row.attr.atime.nsec,
-            row.attr.mtime.secs,
-            row.attr.mtime.nsec,
-            row.attr.ctime.secs,
-            row.attr.ctime.nsec,
-            row.attr.rdev as i64,
-            row.parent as i64,
-            row.target,
-        ])
-        .map_err(self.err())?;
+            .map_err(self.err())
+            .and_then(|mut st| {
+                st.execute(params![
+                    row.attr.ino as i64,
+                    row.attr.kind.code(),
+                    row.attr.mode,
+                    row.attr.uid,
+                    row.attr.gid,
+                    row.attr.size as i64,
+                    row.attr.nlink,
+                    row.attr.atime.secs,
+                    row.attr.atime.nsec,
+                    row.attr.mtime.secs,
+                    row.attr.mtime.nsec,
+                    row.attr.ctime.secs,
+                    row.attr.ctime.nsec,
+                    row.attr.rdev as i64,
+                    row.parent as i64,
+                    row.target,
+                ])
+                .map_err(self.err())
+            });
+        self.settle(done)?;
+        if let Some(cache) = self.inodes() {
+            cache.put(row);
+        }
         Ok(())
     }
 
     fn delete_inode(&mut self, ino: u64) -> Result<bool> {
         self.log(|r| r.delete_inode(ino));
-        let n = self
+        if let Some(cache) = self.inodes() {
+            cache.remove(ino);
+        }
+        let done = self
             .w()?
             .prepare_cached("DELETE FROM inodes WHERE ino = ?1")
-            .map_err(self.err())?
-            .execute(params![ino as i64])
-            .map_err(self.err())?;
-        Ok(n > 0)
+            .map_err(self.err())
+            .and_then(|mut st| st.execute(params![ino as i64]).map_err(self.err()));
+        Ok(self.settle(done)? > 0)
     }
 
     fn get_dentry(&mut self, parent: u64, name: &[u8]) -> Result<Option<Dentry>> {

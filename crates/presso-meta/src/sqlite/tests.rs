@@ -4,10 +4,11 @@
 use super::rows::{records_in_segment_sql, LIST_ORPHANS_SQL, SEGMENT_USAGE_SQL};
 use super::*;
 
-struct TempDb(PathBuf);
+/// A database path in the temporary directory, removed with its companions on drop.
+pub(super) struct TempDb(pub(super) PathBuf);
 
 impl TempDb {
-    fn new(tag: &str) -> Self {
+    pub(super) fn new(tag: &str) -> Self {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())

@@ -6,6 +6,7 @@ use std::sync::MutexGuard;
 
 use rusqlite::Connection;
 
+use super::cache::InodeCache;
 use super::intent::Redo;
 use super::{control, eng_on, SqliteEngine, Writer};
 use crate::error::{MetaError, Result};
@@ -37,7 +38,10 @@ impl Drop for SqliteTxn<'_> {
                 w.abort_grouped();
             }
         } else if self.open {
-            if let Ok(c) = self.c() {
+            if let Handle::Write(w) = &mut self.handle {
+                // A failed rollback is caught at the next BEGIN, which rolls back again.
+                let _ = w.rollback("ROLLBACK");
+            } else if let Ok(c) = self.c() {
                 // A failed rollback is caught later: the write connection is rolled back at the
                 // next BEGIN, a read connection is closed instead of reused.
                 let _ = control(c, "ROLLBACK");
@@ -80,6 +84,25 @@ impl SqliteTxn<'_> {
                 "write attempted in a read-only transaction",
             )),
         }
+    }
+
+    /// The write connection's inode rows, when this transaction runs on the write connection.
+    pub(super) fn inodes(&mut self) -> Option<&mut InodeCache> {
+        match &mut self.handle {
+            Handle::Write(w) | Handle::ReadOnWriter(w) => Some(&mut w.inodes),
+            Handle::Read(..) | Handle::Replay(_) => None,
+        }
+    }
+
+    /// Passes on the outcome of a statement on inode rows; a failure forgets the cached rows,
+    /// since SQLite may have rolled back more than the statement.
+    pub(super) fn settle<T>(&mut self, outcome: Result<T>) -> Result<T> {
+        if outcome.is_err() {
+            if let Some(cache) = self.inodes() {
+                cache.clear();
+            }
+        }
+        outcome
     }
 
     /// Notes a change for the intent log, if this transaction is grouped.
