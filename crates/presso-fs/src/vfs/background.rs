@@ -151,14 +151,47 @@ impl Vfs {
     /// Space is low when the host file system's free space, less the record buffers not yet
     /// stored (counted uncompressed), is under `min_free`.
     pub(super) fn check_space(&self) {
-        let low = match self.pool.space() {
-            Some((_, avail)) => {
-                avail.saturating_sub(self.dirty_bytes() as u64) < self.config.min_free
-            }
-            None => false,
+        let written = self.traffic.written.load(Ordering::Relaxed);
+        let headroom = match self.pool.space() {
+            Some((_, avail)) => avail
+                .saturating_sub(self.dirty_bytes() as u64)
+                .checked_sub(self.config.min_free),
+            None => Some(u64::MAX),
         };
-        self.low_space.store(low, Ordering::Relaxed);
+        self.low_space.store(headroom.is_none(), Ordering::Relaxed);
+        *self.space_seen.lock() = headroom.map(|headroom| SpaceSeen {
+            at: Instant::now(),
+            written,
+            headroom,
+        });
     }
+
+    /// [`Vfs::check_space`] before a write of `len` bytes, unless the last look is recent and
+    /// the writes since, this one included, take at most half the headroom it saw: this
+    /// client's writes cannot have made space low then, and another program's are caught
+    /// within [`SPACE_RECHECK`]. Looking costs a `statfs`, a tenth of a small write's time.
+    pub(super) fn check_space_for(&self, len: u64) {
+        let written = self.traffic.written.load(Ordering::Relaxed);
+        let fresh = self.space_seen.lock().as_ref().is_some_and(|seen| {
+            seen.at.elapsed() < SPACE_RECHECK
+                && written.saturating_sub(seen.written).saturating_add(len) <= seen.headroom / 2
+        });
+        if !fresh {
+            self.check_space();
+        }
+    }
+}
+
+/// How long a look at the free space stands for writes.
+const SPACE_RECHECK: Duration = Duration::from_millis(100);
+
+/// A look at the free space that found it above `min_free` (see [`Vfs::check_space_for`]).
+pub(super) struct SpaceSeen {
+    at: Instant,
+    /// Bytes written to this client's files until then ([`Traffic`]).
+    written: u64,
+    /// Free space beyond `min_free` and the unstored buffers.
+    headroom: u64,
 }
 
 pub(super) fn flusher(vfs: std::sync::Weak<Vfs>) {

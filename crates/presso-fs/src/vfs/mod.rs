@@ -41,6 +41,7 @@ use crate::lifetime::{Lifetime, Work};
 use crate::pool::{OpTag, Pool};
 use crate::props;
 use crate::reclaim::{ReclaimPolicy, Reclaimer};
+use background::SpaceSeen;
 
 mod background;
 mod caller;
@@ -141,6 +142,8 @@ pub struct Vfs {
     config: VfsConfig,
     readahead: Sender<(u64, u64, RecordRef)>,
     low_space: AtomicBool,
+    /// The last look at the free space, which a write may rely on instead of looking again.
+    space_seen: Mutex<Option<SpaceSeen>>,
     /// Bumped by every property change and every rename to another directory: settings cached
     /// with an older value are recomputed.
     props_generation: AtomicU64,
@@ -182,6 +185,7 @@ impl Vfs {
             config,
             readahead: tx,
             low_space: AtomicBool::new(false),
+            space_seen: Mutex::new(None),
             props_generation: AtomicU64::new(0),
             dir_settings: Mutex::new(HashMap::new()),
             // If the metadata cannot say, assume there may be some.

@@ -14,7 +14,7 @@ impl Vfs {
         // Checked at every write, not only by the periodic tick: a fast writer would otherwise
         // fill the host file system before the next tick, leaving no room for the metadata, for
         // deletes or for GC to free space again.
-        self.check_space();
+        self.check_space_for(data.len() as u64);
         if self.low_space.load(Ordering::Relaxed) {
             self.reclaim_for_room();
             if self.low_space.load(Ordering::Relaxed) {
