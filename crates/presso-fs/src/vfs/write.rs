@@ -11,9 +11,10 @@ impl Vfs {
     /// partial overwrite (EIO) ends the write there: a short write if bytes before it were
     /// written, else the error.
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<usize> {
-        // Checked at every write, not only by the periodic tick: a fast writer would otherwise
-        // fill the host file system before the next tick, leaving no room for the metadata, for
-        // deletes or for GC to free space again.
+        // Checked before every write (a look, or a bound on what the writes since the last one
+        // can have used), not only by the periodic tick: a fast writer would otherwise fill the
+        // host file system before the next tick, leaving no room for the metadata, for deletes
+        // or for GC to free space again.
         self.check_space_for(data.len() as u64);
         if self.low_space.load(Ordering::Relaxed) {
             self.reclaim_for_room();

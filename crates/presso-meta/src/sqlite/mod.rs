@@ -34,13 +34,13 @@
 //! log is written in order, that also makes every earlier commit durable.
 
 mod cache;
+#[cfg(test)]
+mod cache_tests;
 mod group;
 mod intent;
 mod primitives;
 mod rows;
 mod schema;
-#[cfg(test)]
-mod cache_tests;
 #[cfg(test)]
 mod tests;
 mod txn;
@@ -574,19 +574,6 @@ impl Drop for SqliteEngine {
                 w.groups = None;
                 let _ = remove_log(&self.path);
             }
-        }
-    }
-}
-
-#[cfg(test)]
-impl SqliteEngine {
-    /// Ends the engine as a killed process would: the open group is never committed to SQLite,
-    /// the intent log keeps it.
-    fn abandon(self) {
-        let mut w = self.writer.lock().unwrap();
-        w.groups = None;
-        if !w.conn.is_autocommit() {
-            w.rollback("ROLLBACK").unwrap();
         }
     }
 }

@@ -30,6 +30,18 @@ impl Drop for TempDb {
     }
 }
 
+impl SqliteEngine {
+    /// Ends the engine as a killed process would: the open group is never committed to SQLite,
+    /// the intent log keeps it.
+    fn abandon(self) {
+        let mut w = self.writer.lock().unwrap();
+        w.groups = None;
+        if !w.conn.is_autocommit() {
+            w.rollback("ROLLBACK").unwrap();
+        }
+    }
+}
+
 fn pragma_synchronous(tx: &SqliteTxn<'_>) -> i64 {
     tx.c()
         .unwrap()
