@@ -235,26 +235,30 @@ impl MetaStore {
             if tx.get_inode(ROOT_INO)?.is_some() {
                 return Ok(());
             }
-            let now = Timespec::now();
-            tx.put_inode(&InodeRow {
-                attr: Attr {
-                    ino: ROOT_INO,
-                    kind: FileKind::Dir,
-                    mode: 0o755,
-                    uid: 0,
-                    gid: 0,
-                    size: 0,
-                    nlink: 2,
-                    atime: now,
-                    mtime: now,
-                    ctime: now,
-                    rdev: 0,
-                },
-                parent: 0,
-                target: None,
-            })?;
+            tx.put_inode(&root_row(Timespec::now()))?;
             // `alloc_ino` never hands out numbers at or below the root, so no counter setup.
             Ok(())
         })
+    }
+}
+
+/// The row of a new root directory: inode 1, mode 0755, owned by 0:0, made at `now`.
+pub(crate) fn root_row(now: Timespec) -> InodeRow {
+    InodeRow {
+        attr: Attr {
+            ino: ROOT_INO,
+            kind: FileKind::Dir,
+            mode: 0o755,
+            uid: 0,
+            gid: 0,
+            size: 0,
+            nlink: 2,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            rdev: 0,
+        },
+        parent: 0,
+        target: None,
     }
 }

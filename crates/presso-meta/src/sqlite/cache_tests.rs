@@ -1,35 +1,16 @@
 //! Tests of the write connection's inode cache: what it holds is what the connection reads,
 //! through commits, rollbacks and failed statements.
 
-use super::tests::TempDb;
+use super::tests::{limit_pages, TempDb};
 use super::*;
-use crate::engine::{FileKind, InodeRow, Timespec};
-use crate::types::Attr;
+use crate::engine::{InodeRow, Timespec};
 use crate::ROOT_INO;
 
 fn engine(tag: &str) -> (TempDb, SqliteEngine) {
     let db = TempDb::new(tag);
     let e = SqliteEngine::create(&db.0, SqliteOptions::default()).unwrap();
-    let now = Timespec::now();
     let mut tx = e.write().unwrap();
-    tx.put_inode(&InodeRow {
-        attr: Attr {
-            ino: ROOT_INO,
-            kind: FileKind::Dir,
-            mode: 0o755,
-            uid: 0,
-            gid: 0,
-            size: 0,
-            nlink: 2,
-            atime: now,
-            mtime: now,
-            ctime: now,
-            rdev: 0,
-        },
-        parent: 0,
-        target: None,
-    })
-    .unwrap();
+    tx.put_inode(&crate::root_row(Timespec::now())).unwrap();
     tx.commit().unwrap();
     (db, e)
 }
@@ -97,19 +78,7 @@ fn an_undone_durable_write_leaves_no_row_behind() {
 #[test]
 fn a_failed_statement_empties_the_cache() {
     let (_db, e) = engine("cache-full");
-    {
-        let w = e.writer.lock().unwrap();
-        let pages: i64 = w
-            .conn
-            .query_row("PRAGMA page_count", [], |r| r.get(0))
-            .unwrap();
-        let _: i64 = w
-            .conn
-            .query_row(&format!("PRAGMA max_page_count={}", pages + 2), [], |r| {
-                r.get(0)
-            })
-            .unwrap();
-    }
+    limit_pages(&e, 2);
     let mut tx = e.write().unwrap();
     put_root_mode(tx.as_mut(), 0o700);
     let mut row = tx.get_inode(ROOT_INO).unwrap().unwrap();

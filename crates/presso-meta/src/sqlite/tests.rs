@@ -42,6 +42,23 @@ impl SqliteEngine {
     }
 }
 
+/// Caps the database at `extra` pages beyond those it has, so that writes soon find it full.
+pub(super) fn limit_pages(e: &SqliteEngine, extra: i64) {
+    let w = e.writer.lock().unwrap();
+    let pages: i64 = w
+        .conn
+        .query_row("PRAGMA page_count", [], |r| r.get(0))
+        .unwrap();
+    let _: i64 = w
+        .conn
+        .query_row(
+            &format!("PRAGMA max_page_count={}", pages + extra),
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+}
+
 fn pragma_synchronous(tx: &SqliteTxn<'_>) -> i64 {
     tx.c()
         .unwrap()
@@ -137,19 +154,7 @@ fn read_connections_are_pooled_and_capped() {
 fn a_full_database_is_reported_as_full() {
     let db = TempDb::new("full");
     let e = SqliteEngine::create(&db.0, SqliteOptions::default()).unwrap();
-    {
-        let w = e.writer.lock().unwrap();
-        let pages: i64 = w
-            .conn
-            .query_row("PRAGMA page_count", [], |r| r.get(0))
-            .unwrap();
-        let _: i64 = w
-            .conn
-            .query_row(&format!("PRAGMA max_page_count={}", pages + 8), [], |r| {
-                r.get(0)
-            })
-            .unwrap();
-    }
+    limit_pages(&e, 8);
     let store = crate::MetaStore::new(Box::new(e));
     store.init().unwrap();
     let value = vec![7u8; 16 * 1024];
