@@ -38,12 +38,12 @@ impl Drop for SqliteTxn<'_> {
                 w.abort_grouped();
             }
         } else if self.open {
+            // A failed rollback is caught later: the write connection is rolled back at the
+            // next BEGIN, a read connection is closed instead of reused. On the write
+            // connection the cached inode rows go first (`Writer::rollback`).
             if let Handle::Write(w) = &mut self.handle {
-                // A failed rollback is caught at the next BEGIN, which rolls back again.
                 let _ = w.rollback("ROLLBACK");
             } else if let Ok(c) = self.c() {
-                // A failed rollback is caught later: the write connection is rolled back at the
-                // next BEGIN, a read connection is closed instead of reused.
                 let _ = control(c, "ROLLBACK");
             }
         }
