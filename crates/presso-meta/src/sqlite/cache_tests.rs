@@ -12,6 +12,8 @@ fn engine(tag: &str) -> (TempDb, SqliteEngine) {
     let mut tx = e.write().unwrap();
     tx.put_inode(&crate::root_row(Timespec::now())).unwrap();
     tx.commit().unwrap();
+    // SQLite has the root's row, not only the cache.
+    e.checkpoint().unwrap();
     (db, e)
 }
 
@@ -41,6 +43,9 @@ fn reads_on_the_write_connection_come_from_the_cache() {
     let mut tx = e.write().unwrap();
     put_root_mode(tx.as_mut(), 0o700);
     tx.commit().unwrap();
+    // A read in the group writes the pending row, so SQLite has it too.
+    assert_eq!(root(&e).attr.mode, 0o700);
+    assert_eq!(stored_root(&e), 0o700);
     // Changed behind the cache's back, which nothing in the engine does: the cached row wins,
     // so the read did not reach SQLite.
     e.writer
@@ -93,8 +98,13 @@ fn a_failed_statement_empties_the_cache() {
     }
     assert!(failed, "the page limit was never reached");
     drop(tx);
-    assert_eq!(e.writer.lock().unwrap().inodes.len(), 0);
+    {
+        let w = e.writer.lock().unwrap();
+        assert_eq!(w.inodes.borrow().len(), 0);
+    }
     assert_eq!(root(&e).attr.mode, 0o755);
+    assert_eq!(stored_root(&e), 0o755);
+    assert!(e.read().unwrap().get_inode(2).unwrap().is_none());
 }
 
 #[test]
@@ -107,8 +117,107 @@ fn the_cache_stays_within_its_capacity() {
         tx.put_inode(&row).unwrap();
     }
     tx.commit().unwrap();
-    let held = e.writer.lock().unwrap().inodes.len();
+    let held = e.writer.lock().unwrap().inodes.borrow().len();
     assert!(held > 0 && held <= 4096, "{held} rows held");
     // Rows that fell out are read from SQLite.
     assert_eq!(e.read().unwrap().get_inode(2).unwrap().unwrap().attr.ino, 2);
+}
+
+/// A regular file's row named `name` in the root, made in a transaction of its own.
+fn make_file(e: &SqliteEngine, ino: u64, name: &[u8]) -> InodeRow {
+    let mut tx = e.write().unwrap();
+    let mut row = tx.get_inode(ROOT_INO).unwrap().unwrap();
+    row.attr.ino = ino;
+    row.attr.kind = crate::engine::FileKind::File;
+    row.attr.mode = 0o644;
+    row.attr.nlink = 1;
+    row.parent = ROOT_INO;
+    tx.put_inode(&row).unwrap();
+    let entry = crate::engine::Dentry {
+        ino,
+        kind: crate::engine::FileKind::File,
+    };
+    tx.put_dentry(ROOT_INO, name, entry).unwrap();
+    tx.commit().unwrap();
+    row
+}
+
+fn listed_mode(tx: &mut dyn Txn) -> u32 {
+    let listed = tx.list_dentries_with_inodes(ROOT_INO, None, 10).unwrap();
+    listed[0].2.as_ref().unwrap().attr.mode
+}
+
+#[test]
+fn a_grouped_row_write_reaches_sqlite_with_the_group() {
+    let (db, e) = engine("cache-pending");
+    let before = stored_root(&e);
+    let mut tx = e.write().unwrap();
+    put_root_mode(tx.as_mut(), 0o700);
+    tx.commit().unwrap();
+    // Committed by its intent-log record; SQLite gets the row with the group.
+    assert_eq!(stored_root(&e), before);
+    e.checkpoint().unwrap();
+    assert_eq!(stored_root(&e), 0o700);
+
+    let mut tx = e.write().unwrap();
+    put_root_mode(tx.as_mut(), 0o711);
+    tx.commit().unwrap();
+    e.close().unwrap();
+    let e = SqliteEngine::open(&db.0, SqliteOptions::default()).unwrap();
+    assert_eq!(root(&e).attr.mode, 0o711);
+}
+
+#[test]
+fn a_killed_process_keeps_a_row_that_was_only_pending() {
+    let (db, e) = engine("cache-kill");
+    let mut tx = e.write().unwrap();
+    put_root_mode(tx.as_mut(), 0o701);
+    tx.commit().unwrap();
+    e.abandon();
+    let e = SqliteEngine::open(&db.0, SqliteOptions::default()).unwrap();
+    assert_eq!(root(&e).attr.mode, 0o701);
+    assert_eq!(stored_root(&e), 0o701);
+}
+
+#[test]
+fn statements_see_pending_rows() {
+    let (_db, e) = engine("cache-listing");
+    let mut file = make_file(&e, 2, b"f");
+    file.attr.mode = 0o600;
+    let mut tx = e.write().unwrap();
+    tx.put_inode(&file).unwrap();
+    tx.commit().unwrap();
+    // A read in the group joins the rows in one statement.
+    assert_eq!(listed_mode(e.read().unwrap().as_mut()), 0o600);
+    // So does a later statement of the transaction that holds the row.
+    file.attr.mode = 0o640;
+    let mut tx = e.write().unwrap();
+    tx.put_inode(&file).unwrap();
+    assert_eq!(listed_mode(tx.as_mut()), 0o640);
+    tx.commit().unwrap();
+    // And a scan, on a read connection, after the group is committed.
+    assert_eq!(listed_mode(e.read_scan().unwrap().as_mut()), 0o640);
+}
+
+#[test]
+fn an_undone_transaction_leaves_earlier_rows_pending() {
+    let (_db, e) = engine("cache-undo");
+    make_file(&e, 2, b"f");
+    let mut tx = e.write().unwrap();
+    put_root_mode(tx.as_mut(), 0o700);
+    tx.commit().unwrap();
+    // The next transaction's first statement writes the pending root under its savepoint;
+    // undoing the transaction undoes that write, so the root must be pending again.
+    let mut tx = e.write().unwrap();
+    let mut other = tx.get_inode(2).unwrap().unwrap();
+    other.attr.mode = 0o600;
+    tx.put_inode(&other).unwrap();
+    tx.delete_dentry(ROOT_INO, b"f").unwrap();
+    drop(tx);
+    e.checkpoint().unwrap();
+    assert_eq!(stored_root(&e), 0o700);
+    assert_eq!(root(&e).attr.mode, 0o700);
+    let mut tx = e.read().unwrap();
+    assert_eq!(tx.get_inode(2).unwrap().unwrap().attr.mode, 0o644);
+    assert_eq!(listed_mode(tx.as_mut()), 0o644);
 }

@@ -1,8 +1,10 @@
 //! Group commit on the write connection: ordinary write transactions run inside one open SQLite
-//! transaction, each under a savepoint, and each is committed by appending its row changes to the
-//! intent log ([`super::intent`]). SQLite commits the group when it is [`GROUP_AGE`] old or
-//! holds [`GROUP_OPS`] transactions, and before anything that needs SQLite's own state complete:
-//! a durable transaction, a scan on a read connection, a checkpoint, a copy, close.
+//! transaction, each under a savepoint taken at its first statement (its inode row writes wait
+//! in the cache until a statement could read them, [`super::cache`]), and each is committed by
+//! appending its row changes to the intent log ([`super::intent`]). SQLite commits the group
+//! when it is [`GROUP_AGE`] old or holds [`GROUP_OPS`] transactions, and before anything that
+//! needs SQLite's own state complete: a durable transaction, a scan on a read connection, a
+//! checkpoint, a copy, close.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, MutexGuard};
@@ -11,6 +13,7 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 
 use super::intent::{self, IntentLog, Position, Redo};
+use super::rows::write_inode;
 use super::txn::{Handle, SqliteTxn};
 use super::{control, eng_on, Synchronous, Writer};
 use crate::engine::Txn;
@@ -78,9 +81,16 @@ impl Writer {
         self.groups.as_ref().is_some_and(|g| g.open.is_some())
     }
 
-    /// Begins a grouped transaction: opens a group if none is, then a savepoint. The caller has
-    /// rolled back a transaction a failed rollback left open, and set the `synchronous` level.
+    /// Begins a grouped transaction: opens a group if none is. Its savepoint is taken at its
+    /// first statement ([`Writer::begin_statements`]): one that only changes inode rows runs
+    /// none. The caller has rolled back a transaction a failed rollback left open, and set the
+    /// `synchronous` level.
     pub(super) fn begin_grouped(&mut self) -> Result<()> {
+        if self.in_group() && self.conn.is_autocommit() {
+            // SQLite ended the group on its own (a statement failed badly): rebuild it.
+            self.restore_group("the open group was rolled back by SQLite");
+            self.check_usable()?;
+        }
         let conn = &self.conn;
         let Some(groups) = self.groups.as_mut() else {
             return Err(MetaError::engine(
@@ -92,7 +102,29 @@ impl Writer {
             groups.open = Some(OpenGroup::new());
             groups.flag.store(true, Ordering::SeqCst);
         }
-        control(conn, SAVEPOINT).map_err(eng_on(conn))
+        self.savepoint.set(false);
+        self.inodes.get_mut().settle_transaction();
+        Ok(())
+    }
+
+    /// Readies the running grouped transaction for statements: takes its savepoint, then writes
+    /// the pending inode rows under it, so that undoing the transaction makes them pending
+    /// again. Called through a shared borrow, from the statement's first use of the connection.
+    pub(super) fn begin_statements(&self) -> Result<()> {
+        control(&self.conn, SAVEPOINT).map_err(eng_on(&self.conn))?;
+        self.savepoint.set(true);
+        self.write_pending(true)
+    }
+
+    /// Writes the pending inode rows to SQLite; `undoable` when under the running transaction's
+    /// savepoint. Stops at the first failure, leaving the rows not written pending.
+    fn write_pending(&self, undoable: bool) -> Result<()> {
+        let mut cache = self.inodes.borrow_mut();
+        for row in cache.pending_rows() {
+            write_inode(&self.conn, &row).map_err(eng_on(&self.conn))?;
+            cache.written(row.attr.ino, undoable);
+        }
+        Ok(())
     }
 
     /// Commits a grouped transaction whose changes are `redo`: appends them to the intent log,
@@ -120,9 +152,13 @@ impl Writer {
             open.ops += 1;
         }
         let due = open.ops >= GROUP_OPS || open.started.elapsed() >= GROUP_AGE;
-        if let Err(e) = control(&self.conn, RELEASE) {
-            self.restore_group(&format!("release of a transaction's savepoint failed: {e}"));
-            return Ok(());
+        // Committed: its pending rows stay pending, now for a transaction in the log.
+        self.inodes.get_mut().settle_transaction();
+        if self.savepoint.replace(false) {
+            if let Err(e) = control(&self.conn, RELEASE) {
+                self.restore_group(&format!("release of a transaction's savepoint failed: {e}"));
+                return Ok(());
+            }
         }
         if due {
             // The transaction is committed (its record is in the log) whatever happens to the
@@ -134,11 +170,17 @@ impl Writer {
 
     /// Undoes a grouped transaction that is not committed, keeping the rest of its group.
     pub(super) fn abort_grouped(&mut self) {
-        let undone = self
-            .rollback(ROLLBACK_TO)
-            .and_then(|()| control(&self.conn, RELEASE));
-        if let Err(e) = undone {
-            self.restore_group(&format!("rollback of a transaction failed: {e}"));
+        if self.savepoint.replace(false) {
+            let undone =
+                control(&self.conn, ROLLBACK_TO).and_then(|()| control(&self.conn, RELEASE));
+            if let Err(e) = undone {
+                self.restore_group(&format!("rollback of a transaction failed: {e}"));
+                return;
+            }
+        }
+        self.inodes.get_mut().undo_transaction();
+        if self.in_group() && self.conn.is_autocommit() {
+            self.restore_group("the open group was rolled back by SQLite");
         }
     }
 
@@ -146,20 +188,27 @@ impl Writer {
     /// empties the intent log. Nothing to do when no group is open. If the commit fails, the
     /// group is rebuilt from the log, so its transactions stay visible and are committed later.
     pub(super) fn commit_group(&mut self) -> Result<()> {
-        let Some(groups) = self.groups.as_mut() else {
-            return Ok(());
+        let number = match &self.groups {
+            Some(Groups {
+                open: Some(_),
+                committed,
+                ..
+            }) => committed + 1,
+            _ => return Ok(()),
         };
-        if groups.open.is_none() {
-            return Ok(());
-        }
-        let number = groups.committed + 1;
-        let committed = SqliteTxn::replaying(&self.conn)
-            .set_counter(COUNTER_INTENT_GROUP, number)
+        let committed = self
+            .write_pending(false)
+            .and_then(|()| {
+                SqliteTxn::replaying(&self.conn).set_counter(COUNTER_INTENT_GROUP, number)
+            })
             .and_then(|()| control(&self.conn, "COMMIT").map_err(eng_on(&self.conn)));
         if let Err(e) = committed {
             self.restore_group(&e.to_string());
             return Err(e);
         }
+        let Some(groups) = self.groups.as_mut() else {
+            return Ok(());
+        };
         groups.committed = number;
         groups.open = None;
         groups.flag.store(false, Ordering::SeqCst);
@@ -180,8 +229,9 @@ impl Writer {
     }
 
     fn replay_open_group(&mut self) -> Result<()> {
-        // The replay below writes rows without the cache.
-        self.inodes.clear();
+        // The replay below writes rows without the cache; every pending row is in the log.
+        self.inodes.get_mut().clear();
+        self.savepoint.set(false);
         let conn = &self.conn;
         let Some(groups) = self.groups.as_mut() else {
             return Ok(());
@@ -262,13 +312,15 @@ impl<'a> SqliteTxn<'a> {
     }
 
     /// A read inside the open group on the write connection `w`: the transaction is the group's,
-    /// so this handle neither commits nor rolls it back.
-    pub(super) fn reading_in_group(w: MutexGuard<'a, Writer>) -> Self {
-        SqliteTxn {
+    /// so this handle neither commits nor rolls it back. The pending inode rows are written
+    /// first, into the group, so the read's statements see them.
+    pub(super) fn reading_in_group(w: MutexGuard<'a, Writer>) -> Result<Self> {
+        w.write_pending(false)?;
+        Ok(SqliteTxn {
             handle: Handle::ReadOnWriter(w),
             open: false,
             durable: false,
             redo: None,
-        }
+        })
     }
 }

@@ -45,6 +45,7 @@ mod schema;
 mod tests;
 mod txn;
 
+use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
@@ -190,15 +191,20 @@ struct Writer {
     groups: Option<Groups>,
     /// Why the connection lost its open group, when it did (see [`Writer::check_usable`]).
     broken: Option<String>,
-    /// Inode rows as this connection sees them now (see [`cache`]).
-    inodes: InodeCache,
+    /// Inode rows as this connection sees them now, some not written to SQLite yet (see
+    /// [`cache`]). In a cell because the first statement of a grouped transaction writes the
+    /// pending rows, and statements are run through a shared borrow (`SqliteTxn::c`).
+    inodes: RefCell<InodeCache>,
+    /// Whether the running grouped transaction has taken its savepoint (see [`group`]).
+    savepoint: Cell<bool>,
 }
 
 impl Writer {
-    /// Runs a `ROLLBACK` or `ROLLBACK TO` statement, forgetting the cached rows first: whether
-    /// or not it succeeds, what they showed may be undone.
+    /// Runs a `ROLLBACK` of the whole transaction, forgetting the cached rows first: whether or
+    /// not it succeeds, what they showed may be undone. Rows are pending only in a group, which
+    /// is rolled back only to be replayed from the intent log.
     fn rollback(&mut self, statement: &str) -> rusqlite::Result<()> {
-        self.inodes.clear();
+        self.inodes.get_mut().clear();
         control(&self.conn, statement)
     }
 }
@@ -321,7 +327,8 @@ impl SqliteEngine {
                 sync_now: opts.synchronous,
                 groups,
                 broken: None,
-                inodes: InodeCache::default(),
+                inodes: RefCell::default(),
+                savepoint: Cell::new(false),
             }),
             readers: Mutex::new(Pool {
                 idle: Vec::new(),
@@ -403,7 +410,7 @@ impl SqliteEngine {
         };
         w.check_usable()?;
         if w.in_group() {
-            return Ok(SqliteTxn::reading_in_group(w));
+            return SqliteTxn::reading_in_group(w);
         }
         if !w.conn.is_autocommit() {
             // Left open by a failed rollback: the next write transaction rolls it back.
@@ -428,7 +435,7 @@ impl SqliteEngine {
             w.check_usable()?;
             if w.commit_group().is_err() {
                 w.check_usable()?;
-                return Ok(SqliteTxn::reading_in_group(w));
+                return SqliteTxn::reading_in_group(w);
             }
         }
         self.begin_read()
@@ -541,7 +548,7 @@ impl MetaEngine for SqliteEngine {
         // reopening the file.
         let closed = Connection::open_in_memory().map_err(eng)?;
         let conn = std::mem::replace(&mut writer.conn, closed);
-        writer.inodes.clear();
+        writer.inodes.get_mut().clear();
         conn.close().map_err(|(_, e)| eng(e))?;
         // Everything the log held is committed and checkpointed.
         writer.groups = None;

@@ -6,8 +6,8 @@ use std::ops::Range;
 use rusqlite::{params, OptionalExtension};
 
 use super::rows::{
-    idx, records_in_segment_sql, row_to_inode, row_to_location, row_to_record, CODEC_USAGE_SQL,
-    LIST_ORPHANS_SQL, RECORD_COLS, SEGMENT_USAGE_SQL,
+    idx, records_in_segment_sql, row_to_inode, row_to_location, row_to_record, write_inode,
+    CODEC_USAGE_SQL, LIST_ORPHANS_SQL, RECORD_COLS, SEGMENT_USAGE_SQL,
 };
 use super::txn::{Handle, SqliteTxn};
 use super::{control, COUNTER_DURABLE_COMMITS};
@@ -22,8 +22,10 @@ impl Txn for SqliteTxn<'_> {
         if let Some(row) = self.inodes().and_then(|c| c.get(ino)) {
             return Ok(Some(row));
         }
+        // A row not held is not pending, so SQLite's is current: this read needs neither the
+        // pending rows written nor the transaction's savepoint.
         let got = self
-            .c()?
+            .row_reader()?
             .prepare_cached(
                 "SELECT ino, kind, mode, uid, gid, size, nlink, atime_s, atime_ns, mtime_s,
                         mtime_ns, ctime_s, ctime_ns, rdev, parent, target
@@ -50,35 +52,10 @@ impl Txn for SqliteTxn<'_> {
 
     fn put_inode(&mut self, row: &InodeRow) -> Result<()> {
         self.log(|r| r.put_inode(row));
-        let conn = self.w()?;
-        let done = conn
-            .prepare_cached(
-                "INSERT OR REPLACE INTO inodes (ino, kind, mode, uid, gid, size, nlink, atime_s,
-                    atime_ns, mtime_s, mtime_ns, ctime_s, ctime_ns, rdev, parent, target)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
-            )
-            .map_err(self.err())
-            .and_then(|mut st| {
-                st.execute(params![
-                    row.attr.ino as i64,
-                    row.attr.kind.code(),
-                    row.attr.mode,
-                    row.attr.uid,
-                    row.attr.gid,
-                    row.attr.size as i64,
-                    row.attr.nlink,
-                    row.attr.atime.secs,
-                    row.attr.atime.nsec,
-                    row.attr.mtime.secs,
-                    row.attr.mtime.nsec,
-                    row.attr.ctime.secs,
-                    row.attr.ctime.nsec,
-                    row.attr.rdev as i64,
-                    row.parent as i64,
-                    row.target,
-                ])
-                .map_err(self.err())
-            });
+        if self.hold_inode(row) {
+            return Ok(());
+        }
+        let done = write_inode(self.w()?, row).map_err(self.err());
         self.settle(done)?;
         if let Some(cache) = self.inodes() {
             cache.put(row);
@@ -88,14 +65,15 @@ impl Txn for SqliteTxn<'_> {
 
     fn delete_inode(&mut self, ino: u64) -> Result<bool> {
         self.log(|r| r.delete_inode(ino));
-        if let Some(cache) = self.inodes() {
-            cache.remove(ino);
-        }
         let done = self
             .w()?
             .prepare_cached("DELETE FROM inodes WHERE ino = ?1")
             .map_err(self.err())
             .and_then(|mut st| st.execute(params![ino as i64]).map_err(self.err()));
+        // After the statement: taking the connection wrote the pending rows, this one's too.
+        if let Some(cache) = self.inodes() {
+            cache.remove(ino);
+        }
         Ok(self.settle(done)? > 0)
     }
 

@@ -17,6 +17,34 @@ pub(super) fn ts(r: &rusqlite::Row<'_>, secs: usize) -> rusqlite::Result<Timespe
     })
 }
 
+/// Writes `row` as its inode's row: the one statement that writes inode rows.
+pub(super) fn write_inode(conn: &rusqlite::Connection, row: &InodeRow) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT OR REPLACE INTO inodes (ino, kind, mode, uid, gid, size, nlink, atime_s,
+            atime_ns, mtime_s, mtime_ns, ctime_s, ctime_ns, rdev, parent, target)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+    )?
+    .execute(rusqlite::params![
+        row.attr.ino as i64,
+        row.attr.kind.code(),
+        row.attr.mode,
+        row.attr.uid,
+        row.attr.gid,
+        row.attr.size as i64,
+        row.attr.nlink,
+        row.attr.atime.secs,
+        row.attr.atime.nsec,
+        row.attr.mtime.secs,
+        row.attr.mtime.nsec,
+        row.attr.ctime.secs,
+        row.attr.ctime.nsec,
+        row.attr.rdev as i64,
+        row.parent as i64,
+        row.target,
+    ])
+    .map(|_| ())
+}
+
 pub(super) fn row_to_inode(r: &rusqlite::Row<'_>) -> rusqlite::Result<(InodeRow, u8)> {
     let kind: u8 = r.get(1)?;
     Ok((

@@ -33,7 +33,7 @@ impl Drop for TempDb {
 impl SqliteEngine {
     /// Ends the engine as a killed process would: the open group is never committed to SQLite,
     /// the intent log keeps it.
-    fn abandon(self) {
+    pub(super) fn abandon(self) {
         let mut w = self.writer.lock().unwrap();
         w.groups = None;
         if !w.conn.is_autocommit() {

@@ -6,9 +6,10 @@ use std::sync::MutexGuard;
 
 use rusqlite::Connection;
 
-use super::cache::InodeCache;
+use super::cache::{InodeCache, PENDING_LIMIT};
 use super::intent::Redo;
 use super::{control, eng_on, SqliteEngine, Writer};
+use crate::engine::InodeRow;
 use crate::error::{MetaError, Result};
 
 pub(super) enum Handle<'a> {
@@ -56,8 +57,26 @@ impl Drop for SqliteTxn<'_> {
 }
 
 impl SqliteTxn<'_> {
-    /// The connection of this transaction.
+    /// The connection of this transaction, ready for any statement: on the write connection
+    /// inside a group, the pending inode rows are written first (and a grouped transaction takes
+    /// its savepoint before its first statement); see [`super::cache`].
     pub(super) fn c(&self) -> Result<&Connection> {
+        if let Handle::Write(w) | Handle::ReadOnWriter(w) = &self.handle {
+            if self.redo.is_some() && !w.savepoint.get() {
+                w.begin_statements()?;
+            }
+            if w.inodes.borrow().pending_len() > 0 {
+                return Err(MetaError::engine(
+                    "a statement would run before the pending inode rows are written",
+                ));
+            }
+        }
+        self.row_reader()
+    }
+
+    /// The connection, for the read of one inode row the cache does not hold (which no pending
+    /// row can affect); every other statement goes through [`SqliteTxn::c`].
+    pub(super) fn row_reader(&self) -> Result<&Connection> {
         match &self.handle {
             Handle::Write(w) | Handle::ReadOnWriter(w) => Ok(&w.conn),
             Handle::Read(_, Some(c)) => Ok(c),
@@ -75,11 +94,11 @@ impl SqliteTxn<'_> {
         }
     }
 
-    /// The connection, if this is a write transaction.
+    /// The connection, if this is a write transaction, ready for any statement (see
+    /// [`SqliteTxn::c`]).
     pub(super) fn w(&self) -> Result<&Connection> {
         match &self.handle {
-            Handle::Write(w) => Ok(&w.conn),
-            Handle::Replay(c) => Ok(c),
+            Handle::Write(_) | Handle::Replay(_) => self.c(),
             Handle::Read(..) | Handle::ReadOnWriter(_) => Err(MetaError::engine(
                 "write attempted in a read-only transaction",
             )),
@@ -89,17 +108,34 @@ impl SqliteTxn<'_> {
     /// The write connection's inode rows, when this transaction runs on the write connection.
     pub(super) fn inodes(&mut self) -> Option<&mut InodeCache> {
         match &mut self.handle {
-            Handle::Write(w) | Handle::ReadOnWriter(w) => Some(&mut w.inodes),
+            Handle::Write(w) | Handle::ReadOnWriter(w) => Some(w.inodes.get_mut()),
             Handle::Read(..) | Handle::Replay(_) => None,
         }
     }
 
-    /// Passes on the outcome of a statement on inode rows; a failure forgets the cached rows,
-    /// since SQLite may have rolled back more than the statement.
+    /// Holds `row` pending instead of writing it, when this is a grouped transaction that has
+    /// run no other statement yet and the cache has room for it; says whether it did.
+    pub(super) fn hold_inode(&mut self, row: &InodeRow) -> bool {
+        let Handle::Write(w) = &mut self.handle else {
+            return false;
+        };
+        if self.redo.is_none() || w.savepoint.get() {
+            return false;
+        }
+        let cache = w.inodes.get_mut();
+        if cache.pending_len() >= PENDING_LIMIT {
+            return false;
+        }
+        cache.hold(row);
+        true
+    }
+
+    /// Passes on the outcome of a statement on inode rows; a failure forgets the cached rows
+    /// SQLite has, since SQLite may have rolled back more than the statement.
     pub(super) fn settle<T>(&mut self, outcome: Result<T>) -> Result<T> {
         if outcome.is_err() {
             if let Some(cache) = self.inodes() {
-                cache.clear();
+                cache.forget_written();
             }
         }
         outcome
