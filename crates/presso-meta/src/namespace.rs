@@ -434,10 +434,12 @@ impl MetaStore {
         })
     }
 
-    /// Changes attributes; `ctime` becomes now.
+    /// Changes attributes; `ctime` becomes now, or the given one if that is later (see
+    /// [`SetAttr::ctime`]). A change that leaves the row as it was writes nothing.
     pub fn setattr(&self, ino: u64, set: &SetAttr) -> Result<Attr> {
         self.write(|tx| {
-            let mut row = inode(tx, ino)?;
+            let before = inode(tx, ino)?;
+            let mut row = before.clone();
             let now = Timespec::now();
             if let Some(size) = set.size {
                 match row.attr.kind {
@@ -463,8 +465,13 @@ impl MetaStore {
             if let Some(t) = set.mtime {
                 row.attr.mtime = t;
             }
-            row.attr.ctime = now;
-            tx.put_inode(&row)?;
+            row.attr.ctime = match set.ctime {
+                Some(t) => t.max(before.attr.ctime),
+                None => now,
+            };
+            if row != before {
+                tx.put_inode(&row)?;
+            }
             Ok(row.attr)
         })
     }

@@ -161,7 +161,8 @@ pub struct Unlinked {
     pub freed: Vec<RecordRef>,
 }
 
-/// Changes for [`MetaStore::setattr`]; `None` fields are left alone. `ctime` is always updated.
+/// Changes for [`MetaStore::setattr`]; `None` fields are left alone. The change time becomes
+/// now, or `ctime` when that is given.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SetAttr {
     /// New permission bits (masked with `0o7777`).
@@ -176,6 +177,10 @@ pub struct SetAttr {
     pub atime: Option<Timespec>,
     /// New modification time.
     pub mtime: Option<Timespec>,
+    /// The change time as the caller's clock gave it: with the writeback cache the kernel keeps
+    /// a written file's times and sends its own. The stored change time never goes back, so a
+    /// request that would change nothing else writes nothing.
+    pub ctime: Option<Timespec>,
 }
 
 /// `setxattr` flags.

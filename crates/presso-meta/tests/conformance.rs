@@ -1320,6 +1320,7 @@ fn setattr_rules(s: &MetaStore) {
                 size: Some(12345),
                 atime: Some(t),
                 mtime: Some(Timespec { secs: -5, nsec: 7 }),
+                ctime: None,
             },
         )
         .unwrap();
@@ -1376,6 +1377,26 @@ fn setattr_rules(s: &MetaStore) {
         )
         .unwrap();
     assert_eq!((d.mode, d.kind), (0o700, FileKind::Dir));
+    // A change time the caller gives (the kernel's own, with the writeback cache) is taken when
+    // it is later than the stored one...
+    let later = Timespec {
+        secs: d.ctime.secs + 100,
+        nsec: 5,
+    };
+    let chmod = |ctime| SetAttr {
+        mode: Some(0o711),
+        ctime: Some(ctime),
+        ..SetAttr::default()
+    };
+    let e = s.setattr(ROOT_INO, &chmod(later)).unwrap();
+    assert_eq!((e.mode, e.ctime), (0o711, later));
+    // ...and never sets it back, so repeating a change with an earlier one changes nothing.
+    let earlier = Timespec {
+        secs: later.secs - 50,
+        nsec: 0,
+    };
+    assert_eq!(s.setattr(ROOT_INO, &chmod(earlier)).unwrap(), e);
+    assert_eq!(s.getattr(ROOT_INO).unwrap(), e);
 }
 
 fn xattr_names_in_use_across_inodes(s: &MetaStore) {

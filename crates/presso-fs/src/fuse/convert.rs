@@ -26,7 +26,7 @@ pub(super) fn time(t: Timespec) -> SystemTime {
 /// epoch minus S seconds and N nanoseconds, where the time is the epoch minus S plus N. So the
 /// distance before the epoch is read back as the kernel's two numbers, which keeps the time
 /// exact (the times conformance test compares times before 1970 with ext4's).
-fn timespec(t: SystemTime) -> Timespec {
+pub(super) fn timespec(t: SystemTime) -> Timespec {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => Timespec {
             secs: d.as_secs() as i64,

@@ -33,7 +33,7 @@ use crate::error::FsError;
 use crate::vfs::Vfs;
 use convert::{
     attr, caller, empty, entry, errno, file_attr, kind, looked_up, removed_file_attr, time,
-    time_or_now, unknown_attr, xattr_bytes,
+    time_or_now, timespec, unknown_attr, xattr_bytes,
 };
 
 /// How long the kernel may keep names and attributes without asking again, by default. One
@@ -139,7 +139,7 @@ impl Filesystem for PressoFs {
         size: Option<u64>,
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
+        ctime: Option<SystemTime>,
         _fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
@@ -154,6 +154,10 @@ impl Filesystem for PressoFs {
             size,
             atime: atime.map(time_or_now),
             mtime: mtime.map(time_or_now),
+            // Sent with the writeback cache, whose kernel keeps a written file's times: its
+            // write-back of them after a SETATTR repeats the change time, and then changes
+            // nothing.
+            ctime: ctime.map(timespec),
         };
         let times_only = mode.is_none() && uid.is_none() && gid.is_none() && size.is_none();
         match self.vfs.setattr_by(ino.0, set, caller(req)) {
