@@ -118,7 +118,7 @@ impl Writer {
 
     /// Writes the pending inode rows to SQLite; `undoable` when under the running transaction's
     /// savepoint. Stops at the first failure, leaving the rows not written pending.
-    fn write_pending(&self, undoable: bool) -> Result<()> {
+    pub(super) fn write_pending(&self, undoable: bool) -> Result<()> {
         let mut cache = self.inodes.borrow_mut();
         for row in cache.pending_rows() {
             write_inode(&self.conn, &row).map_err(eng_on(&self.conn))?;
@@ -312,15 +312,14 @@ impl<'a> SqliteTxn<'a> {
     }
 
     /// A read inside the open group on the write connection `w`: the transaction is the group's,
-    /// so this handle neither commits nor rolls it back. The pending inode rows are written
-    /// first, into the group, so the read's statements see them.
-    pub(super) fn reading_in_group(w: MutexGuard<'a, Writer>) -> Result<Self> {
-        w.write_pending(false)?;
-        Ok(SqliteTxn {
+    /// so this handle neither commits nor rolls it back. The pending inode rows are written into
+    /// the group before its first statement ([`SqliteTxn::c`]).
+    pub(super) fn reading_in_group(w: MutexGuard<'a, Writer>) -> Self {
+        SqliteTxn {
             handle: Handle::ReadOnWriter(w),
             open: false,
             durable: false,
             redo: None,
-        })
+        }
     }
 }

@@ -410,7 +410,7 @@ impl SqliteEngine {
         };
         w.check_usable()?;
         if w.in_group() {
-            return SqliteTxn::reading_in_group(w);
+            return Ok(SqliteTxn::reading_in_group(w));
         }
         if !w.conn.is_autocommit() {
             // Left open by a failed rollback: the next write transaction rolls it back.
@@ -435,7 +435,7 @@ impl SqliteEngine {
             w.check_usable()?;
             if w.commit_group().is_err() {
                 w.check_usable()?;
-                return SqliteTxn::reading_in_group(w);
+                return Ok(SqliteTxn::reading_in_group(w));
             }
         }
         self.begin_read()

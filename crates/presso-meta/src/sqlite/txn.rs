@@ -58,12 +58,14 @@ impl Drop for SqliteTxn<'_> {
 
 impl SqliteTxn<'_> {
     /// The connection of this transaction, ready for any statement: on the write connection
-    /// inside a group, the pending inode rows are written first (and a grouped transaction takes
-    /// its savepoint before its first statement); see [`super::cache`].
+    /// inside a group, the pending inode rows are written first (a grouped transaction takes its
+    /// savepoint before them, a read writes them into the group); see [`super::cache`].
     pub(super) fn c(&self) -> Result<&Connection> {
         if let Handle::Write(w) | Handle::ReadOnWriter(w) = &self.handle {
             if self.redo.is_some() && !w.savepoint.get() {
                 w.begin_statements()?;
+            } else if let Handle::ReadOnWriter(w) = &self.handle {
+                w.write_pending(false)?;
             }
             if w.inodes.borrow().pending_len() > 0 {
                 return Err(MetaError::engine(
