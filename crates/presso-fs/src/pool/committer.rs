@@ -4,7 +4,10 @@
 
 use std::time::{Duration, Instant};
 
+use presso_meta::MetaError;
+
 use super::Pool;
+use crate::error::FsError;
 
 /// How often the commit thread folds the metadata log into the database file while mounted,
 /// so that the file alone is never far behind.
@@ -18,7 +21,20 @@ pub(super) fn commit_loop(pool: std::sync::Weak<Pool>) {
         let Some(group) = pool.txgs.next_group(pool.options.txg_interval) else {
             return;
         };
-        let result = pool.commit_group(group.number, &group.ops, group.durable);
+        let mut result = pool.commit_group(group.number, &group.ops, group.durable);
+        if result.as_ref().is_err_and(|e| cut_off_by_server(&pool, e)) {
+            // A shared pool's metadata server ended the commit's transaction (a restart, a
+            // dropped connection). Beginning the next attempt waits for the server, up to the
+            // client's server timeout, so the group gets one more attempt before whoever waits
+            // for it hears of a failure: operations wait through a restart.
+            if let Err(e) = &result {
+                crate::log!(
+                    "presso: transaction group {} was cut off ({e}); trying it again",
+                    group.number
+                );
+            }
+            result = pool.commit_group(group.number, &group.ops, group.durable);
+        }
         let failed = result.is_err();
         changed |= !failed && !group.ops.is_empty();
         pool.txgs.finish(group, result);
@@ -43,4 +59,10 @@ pub(super) fn commit_loop(pool: std::sync::Weak<Pool>) {
         }
         drop(pool);
     }
+}
+
+/// Whether `e` is the metadata server or the way to it failing a shared pool's commit, rather
+/// than the commit itself failing (a full disk, damage): worth one more attempt.
+fn cut_off_by_server(pool: &Pool, e: &FsError) -> bool {
+    pool.client().is_some() && matches!(e, FsError::Meta(MetaError::Io(_)))
 }

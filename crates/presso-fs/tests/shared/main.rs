@@ -291,6 +291,69 @@ fn writes_wait_through_restarts_of_both_servers() {
     b.shutdown().unwrap();
 }
 
+/// PostgreSQL ends the connection of a transaction group's commit in the middle of it (what a
+/// restart does to a commit in flight): the group is tried again and the fsync waiting for it
+/// succeeds. The commit is held on a lock of the counters table (where it reads the last
+/// group's number), so the cut lands inside it.
+#[test]
+fn an_fsync_waits_through_a_commit_the_server_cut_off() {
+    let postgres = Postgres::shared();
+    let s3 = S3::shared();
+    let (url, place) = new_pool_on(postgres, s3, "cutoff", &[("compression", "lz4")]);
+    let schema = url.rsplit('=').next().unwrap().to_string();
+    // Groups close only when asked, so the fsync's group is the one that is cut off.
+    let a = client_with(
+        &url,
+        &place,
+        PoolOptions {
+            txg_interval: std::time::Duration::from_secs(3600),
+            ..options()
+        },
+    );
+    let data = text(200_000, 7);
+    let ino = write_file(&a, ROOT_INO, "f", &data);
+    let mut admin = postgres::Client::connect(&postgres.conninfo(), postgres::NoTls).unwrap();
+    let mut lock = admin.transaction().unwrap();
+    lock.batch_execute(&format!(
+        "LOCK TABLE \"{schema}\".counters IN ACCESS EXCLUSIVE MODE"
+    ))
+    .unwrap();
+    let mut watcher = postgres::Client::connect(&postgres.conninfo(), postgres::NoTls).unwrap();
+    std::thread::scope(|scope| {
+        let fsync = scope.spawn(|| a.fsync(ino));
+        // The commit's backend, waiting for the lock inside its transaction.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let waiting = watcher
+                .query(
+                    &format!(
+                        "SELECT pg_terminate_backend(pid) FROM pg_locks
+                         WHERE NOT granted AND relation = '\"{schema}\".counters'::regclass"
+                    ),
+                    &[],
+                )
+                .unwrap();
+            if !waiting.is_empty() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the commit never waited for the lock"
+            );
+            std::thread::yield_now();
+        }
+        lock.rollback().unwrap();
+        fsync
+            .join()
+            .unwrap()
+            .expect("the fsync waits for the group to be tried again");
+    });
+    let b = client(&url, &place);
+    same(&read_file(&b, ROOT_INO, "f"), &data);
+    a.shutdown().unwrap();
+    b.shutdown().unwrap();
+}
+
 /// An object store that stays down: an fsync fails with EIO once the client's server timeout
 /// has passed, saying what is unavailable, instead of hanging; once the store is back, what
 /// was fsync'd before reads whole on a new client.

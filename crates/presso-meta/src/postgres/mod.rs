@@ -24,7 +24,8 @@
 //! statements; one that the server dropped is replaced. While the server cannot be reached (a
 //! restart), beginning a transaction is tried again for up to
 //! [`PostgresOptions::connect_timeout`], so operations wait through a restart; only a
-//! transaction the server cut off fails.
+//! transaction the server cut off fails (the file layer tries a cut-off transaction group
+//! once more).
 
 mod conn;
 mod rows;
