@@ -154,9 +154,9 @@ impl Filesystem for PressoFs {
             size,
             atime: atime.map(time_or_now),
             mtime: mtime.map(time_or_now),
-            // Sent with the writeback cache, whose kernel keeps a written file's times: its
-            // write-back of them after a SETATTR repeats the change time, and then changes
-            // nothing.
+            // Sent with the writeback cache, whose kernel keeps a written file's times and
+            // sends its own change time with every SETATTR; taking it lets a request that
+            // changes nothing else (tar's chown to the owner a file has) write nothing.
             ctime: ctime.map(timespec),
         };
         let times_only = mode.is_none() && uid.is_none() && gid.is_none() && size.is_none();

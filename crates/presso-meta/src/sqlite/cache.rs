@@ -8,9 +8,9 @@
 //! than written to SQLite at once: a transaction is committed by its intent-log record, which
 //! carries the row, so SQLite needs the row only before a statement that could read it. Pending
 //! rows are written to SQLite before the first other statement of a transaction (which also
-//! takes its savepoint then), before any read in the group, and before the group commits. A
-//! `tar x` SETATTR then costs no statement at all, and a file's three or four SETATTRs cost one
-//! row write between them.
+//! takes its savepoint then), before the first statement of a read in the group, and before the
+//! group commits. A `tar x` SETATTR then costs no statement at all, and a file's three or four
+//! SETATTRs cost one row write between them.
 //!
 //! Invariants:
 //! - Every row held is what the write connection would read now, its open group's changes
