@@ -7,7 +7,7 @@
 mod sim;
 
 use presso_fs::vfs::Caller;
-use presso_meta::{FileKind, NewNode, SetAttr, ROOT_INO};
+use presso_meta::{FileKind, NewNode, SetAttr, Timespec, ROOT_INO};
 use sim::{Fs, CONFIGS};
 
 const SUID_SGID: u32 = 0o6755;
@@ -163,4 +163,14 @@ fn a_setattr_changing_nothing_clears_set_id_bits_but_on_directories() {
     assert_eq!(after.unwrap().mode & 0o7777, 0o745);
     let after = vfs.setattr_by(dir.ino, nothing, Caller::ROOT);
     assert_eq!(after.unwrap().mode & 0o7777, SUID_SGID);
+    // With the writeback cache the kernel's request carries its own change time.
+    let file = vfs
+        .make_node(ROOT_INO, b"timed", &NewNode::file(0o6755, 1000, 1000))
+        .unwrap();
+    let timed = SetAttr {
+        ctime: Some(Timespec::now()),
+        ..SetAttr::default()
+    };
+    let after = vfs.setattr_by(file.ino, timed, Caller::ROOT);
+    assert_eq!(after.unwrap().mode & 0o7777, 0o755);
 }

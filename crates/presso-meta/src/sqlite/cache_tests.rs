@@ -77,7 +77,7 @@ fn an_undone_grouped_write_leaves_no_row_behind() {
     let mut tx = e.write().unwrap();
     put_root_mode(tx.as_mut(), 0o700);
     assert_eq!(tx.get_inode(ROOT_INO).unwrap().unwrap().attr.mode, 0o700);
-    drop(tx); // the transaction fails: its savepoint is rolled back
+    drop(tx); // the transaction fails: the row it held goes back
     assert_eq!(root(&e), before);
     assert_eq!(stored_root(&e), before.attr.mode);
 }
