@@ -228,6 +228,29 @@ fn take_all_space(path: &std::path::Path) -> File {
     file
 }
 
+/// Metadata still changes on a disk another program has filled, as on ext4: the intent log
+/// keeps blocks of its own, so a chmod, and an unlink that would free space, commit. The
+/// directory's fsync first commits the group and empties the log, so without its own blocks
+/// the chmod's record would need a new one.
+#[test]
+fn modes_and_names_change_on_a_disk_another_program_filled() {
+    use std::os::unix::fs::PermissionsExt;
+    let (_scratch, disk, mut f) = pool_on_small_disk("metafull", 128, "compression=off");
+    File::create(f.p("a")).unwrap();
+    File::create(f.p("b")).unwrap();
+    File::open(&f.mnt).unwrap().sync_all().unwrap();
+    let filler = take_all_space(&disk.dir.join("filler"));
+    std::fs::set_permissions(f.p("a"), std::fs::Permissions::from_mode(0o600))
+        .expect("chmod on a full disk");
+    std::fs::remove_file(f.p("b")).expect("unlink on a full disk");
+    drop(filler);
+    std::fs::remove_file(disk.dir.join("filler")).unwrap();
+    f.remount(&[]);
+    let mode = std::fs::metadata(f.p("a")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert!(!f.p("b").exists());
+}
+
 /// A record the disk has no room for is never dropped behind anyone's back: fsync says ENOSPC,
 /// the file keeps its size, status names it, `presso unmount` refuses (non-zero, naming the
 /// file) and keeps the mount; once space returns the same data is stored and the unmount

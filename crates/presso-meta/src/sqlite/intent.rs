@@ -27,6 +27,8 @@ const MAGIC: u32 = u32::from_le_bytes(*b"PIL1");
 pub(super) const HEADER_LEN: usize = 24;
 /// Largest body a record may claim; a longer length is damage, not a record.
 const BODY_LIMIT: usize = 1 << 30;
+/// Bytes of the log kept allocated on disk (a few thousand records); see [`IntentLog::reserve`].
+const RESERVED: libc::off_t = 1 << 20;
 
 const PUT_INODE: u8 = 1;
 const DELETE_INODE: u8 = 2;
@@ -426,7 +428,25 @@ impl IntentLog {
         let mut held = Vec::new();
         file.read_to_end(&mut held).map_err(|e| io_error(path, e))?;
         let end = held.len() as u64;
-        Ok((IntentLog { file, end }, held))
+        let log = IntentLog { file, end };
+        log.reserve();
+        Ok((log, held))
+    }
+
+    /// Allocates the log's first [`RESERVED`] bytes on disk without changing its length, so
+    /// that appends into them need no new blocks: metadata changes (a chmod, an unlink to free
+    /// space) still commit when another program has filled the disk. Best effort: a file
+    /// system without `fallocate`, or a disk already full, just goes without.
+    fn reserve(&self) {
+        // SAFETY: fallocate on an open descriptor; KEEP_SIZE leaves the length as it is.
+        let _ = unsafe {
+            libc::fallocate(
+                std::os::fd::AsRawFd::as_raw_fd(&self.file),
+                libc::FALLOC_FL_KEEP_SIZE,
+                0,
+                RESERVED,
+            )
+        };
     }
 
     /// Appends one record. A failed or short write leaves the end where it was, so the next
@@ -450,6 +470,8 @@ impl IntentLog {
                 .set_len(0)
                 .map_err(|e| MetaError::Io(format!("intent log: {e}")))?;
             self.end = 0;
+            // Truncating freed the reserved blocks too.
+            self.reserve();
         }
         Ok(())
     }
