@@ -22,18 +22,18 @@ pub(super) fn commit_loop(pool: std::sync::Weak<Pool>) {
             return;
         };
         let mut result = pool.commit_group(group.number, &group.ops, group.durable);
-        if result.as_ref().is_err_and(|e| cut_off_by_server(&pool, e)) {
-            // A shared pool's metadata server ended the commit's transaction (a restart, a
-            // dropped connection). Beginning the next attempt waits for the server, up to the
-            // client's server timeout, so the group gets one more attempt before whoever waits
-            // for it hears of a failure: operations wait through a restart.
-            if let Err(e) = &result {
+        if let Err(e) = &result {
+            if cut_off_by_server(&pool, e) {
+                // A shared pool's metadata server ended the commit's transaction (a restart, a
+                // dropped connection). Beginning the next attempt waits for the server, up to
+                // the client's server timeout, so the group gets one more attempt before
+                // whoever waits for it hears of a failure: operations wait through a restart.
                 crate::log!(
                     "presso: transaction group {} was cut off ({e}); trying it again",
                     group.number
                 );
+                result = pool.commit_group(group.number, &group.ops, group.durable);
             }
-            result = pool.commit_group(group.number, &group.ops, group.durable);
         }
         let failed = result.is_err();
         changed |= !failed && !group.ops.is_empty();

@@ -37,12 +37,17 @@ fn put_root_mode(tx: &mut dyn Txn, mode: u32) {
     tx.put_inode(&row).unwrap();
 }
 
+/// Sets the root's mode in a grouped transaction of its own.
+fn commit_root_mode(e: &SqliteEngine, mode: u32) {
+    let mut tx = e.write().unwrap();
+    put_root_mode(tx.as_mut(), mode);
+    tx.commit().unwrap();
+}
+
 #[test]
 fn reads_on_the_write_connection_come_from_the_cache() {
     let (_db, e) = engine("cache-hit");
-    let mut tx = e.write().unwrap();
-    put_root_mode(tx.as_mut(), 0o700);
-    tx.commit().unwrap();
+    commit_root_mode(&e, 0o700);
     // A read of the row in the group is answered from the cache and leaves it pending; a scan
     // commits the group, which writes it.
     assert_eq!(root(&e).attr.mode, 0o700);
@@ -163,17 +168,13 @@ fn listed_mode(tx: &mut dyn Txn) -> u32 {
 fn a_grouped_row_write_reaches_sqlite_with_the_group() {
     let (db, e) = engine("cache-pending");
     let before = stored_root(&e);
-    let mut tx = e.write().unwrap();
-    put_root_mode(tx.as_mut(), 0o700);
-    tx.commit().unwrap();
+    commit_root_mode(&e, 0o700);
     // Committed by its intent-log record; SQLite gets the row with the group.
     assert_eq!(stored_root(&e), before);
     e.checkpoint().unwrap();
     assert_eq!(stored_root(&e), 0o700);
 
-    let mut tx = e.write().unwrap();
-    put_root_mode(tx.as_mut(), 0o711);
-    tx.commit().unwrap();
+    commit_root_mode(&e, 0o711);
     e.close().unwrap();
     let e = SqliteEngine::open(&db.0, SqliteOptions::default()).unwrap();
     assert_eq!(root(&e).attr.mode, 0o711);
@@ -182,9 +183,7 @@ fn a_grouped_row_write_reaches_sqlite_with_the_group() {
 #[test]
 fn a_killed_process_keeps_a_row_that_was_only_pending() {
     let (db, e) = engine("cache-kill");
-    let mut tx = e.write().unwrap();
-    put_root_mode(tx.as_mut(), 0o701);
-    tx.commit().unwrap();
+    commit_root_mode(&e, 0o701);
     e.abandon();
     let e = SqliteEngine::open(&db.0, SqliteOptions::default()).unwrap();
     assert_eq!(root(&e).attr.mode, 0o701);
@@ -215,9 +214,7 @@ fn statements_see_pending_rows() {
 fn an_undone_transaction_leaves_earlier_rows_pending() {
     let (_db, e) = engine("cache-undo");
     make_file(&e, 2, b"f");
-    let mut tx = e.write().unwrap();
-    put_root_mode(tx.as_mut(), 0o700);
-    tx.commit().unwrap();
+    commit_root_mode(&e, 0o700);
     // The next transaction's first statement writes the pending root under its savepoint;
     // undoing the transaction undoes that write, so the root must be pending again.
     let mut tx = e.write().unwrap();

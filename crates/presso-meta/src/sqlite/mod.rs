@@ -203,9 +203,9 @@ impl Writer {
     /// Runs a `ROLLBACK` of the whole transaction, forgetting the cached rows first: whether or
     /// not it succeeds, what they showed may be undone. Rows are pending only in a group, which
     /// is rolled back only to be replayed from the intent log.
-    fn rollback(&mut self, statement: &str) -> rusqlite::Result<()> {
+    fn rollback(&mut self) -> rusqlite::Result<()> {
         self.inodes.get_mut().clear();
-        control(&self.conn, statement)
+        control(&self.conn, "ROLLBACK")
     }
 }
 
@@ -475,7 +475,7 @@ impl SqliteEngine {
         if !(grouped && w.in_group()) {
             if !w.conn.is_autocommit() {
                 // Left open by a failed rollback; nothing of it may survive.
-                w.rollback("ROLLBACK").map_err(eng_on(&w.conn))?;
+                w.rollback().map_err(eng_on(&w.conn))?;
             }
             let want = if durable {
                 Synchronous::Full

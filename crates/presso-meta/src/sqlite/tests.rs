@@ -37,7 +37,7 @@ impl SqliteEngine {
         let mut w = self.writer.lock().unwrap();
         w.groups = None;
         if !w.conn.is_autocommit() {
-            w.rollback("ROLLBACK").unwrap();
+            w.rollback().unwrap();
         }
     }
 }

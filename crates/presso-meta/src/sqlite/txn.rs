@@ -43,7 +43,7 @@ impl Drop for SqliteTxn<'_> {
             // next BEGIN, a read connection is closed instead of reused. On the write
             // connection the cached inode rows go first (`Writer::rollback`).
             if let Handle::Write(w) = &mut self.handle {
-                let _ = w.rollback("ROLLBACK");
+                let _ = w.rollback();
             } else if let Ok(c) = self.c() {
                 let _ = control(c, "ROLLBACK");
             }
