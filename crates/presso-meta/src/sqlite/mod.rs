@@ -180,6 +180,10 @@ fn configure(conn: &Connection) -> Result<()> {
     conn.busy_timeout(std::time::Duration::from_secs(10))
         .map_err(eng)?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    // Without it SQLite lets a bound value (a LIMIT's, for one) steer the plan, and rebinding
+    // such a parameter expires the statement: every run of a cached listing was compiled anew.
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
+        .map_err(eng)?;
     Ok(())
 }
 
