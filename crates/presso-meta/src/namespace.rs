@@ -44,9 +44,6 @@ pub(crate) fn dir(tx: &mut dyn Txn, ino: u64) -> Result<InodeRow> {
 /// their order.
 const INO_LIMIT: u64 = i64::MAX as u64;
 
-/// Hands out the next inode number (never reused, always above the root). The counter is read
-/// from the metadata: a value no correct build writes (at or past [`INO_LIMIT`], or the number of
-/// an inode that exists) is damage, and creating a node over it would replace that inode.
 /// The entry a listing gives for directory entry `d` called `name`.
 fn listed(name: Vec<u8>, d: Dentry) -> DirEntry {
     DirEntry {
@@ -56,6 +53,9 @@ fn listed(name: Vec<u8>, d: Dentry) -> DirEntry {
     }
 }
 
+/// Hands out the next inode number (never reused, always above the root). The counter is read
+/// from the metadata: a value no correct build writes (at or past [`INO_LIMIT`], or the number of
+/// an inode that exists) is damage, and creating a node over it would replace that inode.
 fn alloc_ino(tx: &mut dyn Txn) -> Result<u64> {
     let next = tx.get_counter(COUNTER_NEXT_INODE)?.max(ROOT_INO + 1);
     if next >= INO_LIMIT {

@@ -10,7 +10,7 @@
 //!   ──group committed──> dropped from the overlay (the metadata now answers)
 //! ```
 //!
-//! Every file with open handles or uncommitted records has a [`FileNode`] whose `overlay` holds
+//! Every file with open handles or uncommitted records has a `FileNode` whose `overlay` holds
 //! those records; reads look there first, so they see every write at once. Each submission gets
 //! a new generation number; a completion whose generation is no longer the slot's (the record was
 //! rewritten, truncated or its file removed meanwhile) is discarded and its frame counted dead, so
