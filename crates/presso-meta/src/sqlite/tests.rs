@@ -171,6 +171,25 @@ fn cached_statements_run_again_without_being_compiled_again() {
         tx.count_dentries(root).unwrap();
     }
     assert_eq!(reprepares(tx.c().unwrap()), 0);
+    drop(tx);
+    // The write connection, in grouped transactions.
+    for round in 0..3 {
+        let root = crate::ROOT_INO;
+        let name = format!("w{round}");
+        let entry = Dentry {
+            ino: root,
+            kind: FileKind::Dir,
+        };
+        let mut tx = e.write().unwrap();
+        tx.put_dentry(root, name.as_bytes(), entry).unwrap();
+        tx.list_dentries(root, Some(b"a"), 2 + round).unwrap();
+        tx.list_dentries_with_inodes(root, None, 2 + round).unwrap();
+        tx.set_counter("test", round as u64).unwrap();
+        tx.get_counter("test").unwrap();
+        tx.delete_dentry(root, name.as_bytes()).unwrap();
+        tx.commit().unwrap();
+    }
+    assert_eq!(reprepares(&e.writer.lock().unwrap().conn), 0);
 }
 
 #[test]
