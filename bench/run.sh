@@ -35,7 +35,9 @@ options:
   --corpus-mb N        corpus size to make (quick 64, full 400)
   --targets GLOBS      comma-separated target names or globs (default all), e.g. 'ext4,zfs-*'
   --workloads LIST     any of fio,files,genomics (default all three)
-  --reps N             repetitions per workload (the median is reported)
+  --reps N             repetitions per workload (the median is reported); repetitions are
+                       rounds: each sets every target up afresh and runs one repetition on it,
+                       so the targets alternate
   --fio-size SIZE      per fio job (e.g. 256m); --fio-runtime S caps each fio phase
   --presso PATH        the presso binary (default target/release/presso, built unless --no-build)
   --presso-target NAME=OPT,OPT

@@ -184,39 +184,39 @@ def fmt_row(r):
     return ", ".join(parts)
 
 
-def run_target(t, a, cfg, rows, prefix, t_start):
-    def failed(workload, phases, rep, status, err):
+def run_target(t, a, cfg, rows, prefix, t_start, rep):
+    """Sets target `t` up on a fresh file system and runs repetition `rep` of every workload."""
+    def failed(workload, phases, status, err):
         for ph in phases:
             rows.append(metrics.make_row(t, workload, ph, rep, status=status, error=err))
 
     try:
         sysutil.progress(f"{prefix} setup ({t.setting})")
+        t.commands = []
         t.setup()
     except sysutil.Interrupted:
         raise
     except Exception as e:
         sysutil.progress(f"{prefix} FAILED to set up: {e}")
         for w in a.workloads:
-            for rep in range(1, cfg["reps"] + 1):
-                failed(w, workloads.WORKLOADS[w][1](cfg), rep, "failed", f"setup: {e}")
+            failed(w, workloads.WORKLOADS[w][1](cfg), "failed", f"setup: {e}")
         return
     for w in a.workloads:
         run, phases = workloads.WORKLOADS[w]
-        for rep in range(1, cfg["reps"] + 1):
-            done = set()
-            try:
-                for row in run(t, cfg, rep):
-                    rows.append(row)
-                    done.add(row["phase"])
-                    el = time.monotonic() - t_start
-                    sysutil.progress(f"{prefix} {w} {row['phase']} rep {rep}/{cfg['reps']}: "
-                                     f"{fmt_row(row)}  [{el / 60:.1f} min]")
-            except sysutil.Interrupted:
-                failed(w, [p for p in phases(cfg) if p not in done], rep, "interrupted", "interrupted")
-                raise
-            except Exception as e:
-                sysutil.progress(f"{prefix} {w} rep {rep} FAILED: {e}")
-                failed(w, [p for p in phases(cfg) if p not in done], rep, "failed", str(e))
+        done = set()
+        try:
+            for row in run(t, cfg, rep):
+                rows.append(row)
+                done.add(row["phase"])
+                el = time.monotonic() - t_start
+                sysutil.progress(f"{prefix} {w} {row['phase']} rep {rep}/{cfg['reps']}: "
+                                 f"{fmt_row(row)}  [{el / 60:.1f} min]")
+        except sysutil.Interrupted:
+            failed(w, [p for p in phases(cfg) if p not in done], "interrupted", "interrupted")
+            raise
+        except Exception as e:
+            sysutil.progress(f"{prefix} {w} rep {rep} FAILED: {e}")
+            failed(w, [p for p in phases(cfg) if p not in done], "failed", str(e))
 
 
 def main(argv):
@@ -298,25 +298,31 @@ def main(argv):
                                ("RandW 128K", "randwrite", "128k"), ("RandR 128K", "randread", "128k"),
                                ("SeqR:SeqW 1:1 BS", "rw", "BS")]}
         zfs_left = [t for t in chosen if t.fs == "zfs-fuse"]
-        for i, t in enumerate(chosen, 1):
-            prefix = f"[{i:2d}/{len(chosen)} {t.name}]"
-            try:
-                run_target(t, a, cfg, rows, prefix, t_start)
-            finally:
-                errs = t.teardown()
-                leaks += errs
-                for e in errs:
-                    sysutil.progress(f"{prefix} teardown could not: {e}")
-                if not errs and not registry.live(group=t.name):
-                    # Its images are of no use once it is down, and they hold gigabytes.
-                    shutil.rmtree(t.dir, ignore_errors=True)
-                meta["targets"].append({"name": t.name, "fs": t.fs, "setting": t.setting,
-                                        "anchor": t.anchor, "commands": t.commands})
-                if t in zfs_left:
-                    zfs_left.remove(t)
-                    if not zfs_left:
-                        leaks += registry.teardown(group="zfs-daemon")
-                report.write_csv(os.path.join(a.out, "results.csv"), rows, metrics.ROW_FIELDS)
+        # Repetitions are outermost: each round sets every target up afresh and runs one
+        # repetition of every workload on it, so drift on a shared machine hits all targets alike
+        # and the medians are of alternating runs.
+        reps = cfg["reps"]
+        for rep in range(1, reps + 1):
+            for i, t in enumerate(chosen, 1):
+                prefix = f"[{i:2d}/{len(chosen)} {t.name}]" + (f" round {rep}/{reps}" if reps > 1 else "")
+                try:
+                    run_target(t, a, cfg, rows, prefix, t_start, rep)
+                finally:
+                    errs = t.teardown()
+                    leaks += errs
+                    for e in errs:
+                        sysutil.progress(f"{prefix} teardown could not: {e}")
+                    if not errs and not registry.live(group=t.name):
+                        # Its images are of no use once it is down, and they hold gigabytes.
+                        shutil.rmtree(t.dir, ignore_errors=True)
+                    if rep == 1:
+                        meta["targets"].append({"name": t.name, "fs": t.fs, "setting": t.setting,
+                                                "anchor": t.anchor, "commands": list(t.commands)})
+                    if rep == reps and t in zfs_left:
+                        zfs_left.remove(t)
+                        if not zfs_left:
+                            leaks += registry.teardown(group="zfs-daemon")
+                    report.write_csv(os.path.join(a.out, "results.csv"), rows, metrics.ROW_FIELDS)
     except sysutil.Interrupted as e:
         status = str(e)
         sysutil.progress(f"{e}: tearing everything down")

@@ -246,7 +246,8 @@ def report_md(summary, meta, plots):
     L.append("")
     L.append(f"Run of `bench/run.sh {' '.join(meta.get('argv', []))}` on {m.get('date', '?')}: "
              f"{meta.get('status', '?')}, {meta.get('duration_s', 0) / 60:.1f} minutes. Medians over "
-             f"{cfg['reps']} repetition(s). MB = 10^6 bytes.")
+             f"{cfg['reps']} repetition(s)" + (", the targets alternating in every round" if cfg['reps'] > 1 else "")
+             + ". MB = 10^6 bytes.")
     if meta.get("leaks"):
         L.append("")
         L.append("**Left behind by teardown:** " + "; ".join(meta["leaks"]))

@@ -3,6 +3,7 @@ with a Presso target whose binary fails (recorded as failed, the run goes on, th
 written, nothing is left); and Ctrl-C in the middle of a run."""
 import csv
 import glob
+import json
 import os
 import signal
 import subprocess
@@ -99,6 +100,30 @@ class EndToEndTest(unittest.TestCase):
         with open(os.path.join(self.out, "report.md")) as f:
             md = f.read()
         self.assertIn("presso-off, files (8 phase(s)): failed", md)
+        self.assertNothingLeft()
+
+    def test_repetitions_alternate_between_targets(self):
+        r = subprocess.run(self.argv("--targets", "ext4,presso-off", "--reps", "2"), capture_output=True,
+                           text=True, timeout=900)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        # Each round sets every target up afresh and runs one repetition on it, in target order.
+        setups = [line.split(" setup (")[0].split(" FAILED to set up")[0] for line in r.stderr.splitlines()
+                  if " setup (" in line or " FAILED to set up" in line]
+        self.assertEqual(setups, ["[ 1/2 ext4] round 1/2", "[ 2/2 presso-off] round 1/2",
+                                  "[ 2/2 presso-off] round 1/2",
+                                  "[ 1/2 ext4] round 2/2", "[ 2/2 presso-off] round 2/2",
+                                  "[ 2/2 presso-off] round 2/2"])
+        with open(os.path.join(self.out, "results.csv")) as f:
+            rows = list(csv.DictReader(f))
+        ext4 = [x for x in rows if x["target"] == "ext4"]
+        self.assertEqual(sorted({x["rep"] for x in ext4}), ["1", "2"])
+        self.assertEqual(len(ext4), 16)
+        self.assertTrue(all(x["status"] == "ok" for x in ext4))
+        self.assertEqual(len([x for x in rows if x["target"] == "presso-off"]), 16)
+        with open(os.path.join(self.out, "report.md")) as f:
+            self.assertIn("Medians over 2 repetition(s), the targets alternating in every round", f.read())
+        with open(os.path.join(self.out, "run.json")) as f:
+            self.assertEqual([t["name"] for t in json.load(f)["targets"]], ["ext4", "presso-off"])
         self.assertNothingLeft()
 
     def test_ctrl_c_mid_run(self):
