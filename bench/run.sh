@@ -39,7 +39,8 @@ options:
                        rounds: each sets every target up afresh and runs one repetition on it,
                        so the targets alternate
   --fio-size SIZE      per fio job (e.g. 256m); --fio-runtime S caps each fio phase
-  --presso PATH        the presso binary (default target/release/presso, built unless --no-build)
+  --presso PATH        the presso binary (default target/release/presso, built unless --no-build);
+                       the FUSE floor is taken from examples/fuse_floor beside it
   --presso-target NAME=OPT,OPT
                        one more Presso target, e.g. presso-auto=compression=auto (repeatable)
   --no-install         do not apt-get the packages (fio zfs-fuse btrfs-progs btrfs-compsize

@@ -279,7 +279,8 @@ class FuseFloor(Target):
 
     def setup(self):
         if not self.ctx.floor or not os.access(self.ctx.floor, os.X_OK):
-            raise TargetError("no fuse_floor binary (cargo build --release -p presso-fs --example fuse_floor)")
+            raise TargetError(f"no fuse_floor binary at {self.ctx.floor} (it is looked for beside --presso, in "
+                              "examples/; cargo build --release -p presso-fs --example fuse_floor builds it there)")
         self._backing_disk()
         # Registered first: a mount that half-succeeded must still be undone. Unmounting ends
         # the daemon.
