@@ -1,6 +1,7 @@
 """The runner end to end on a tiny corpus: bench/run.sh --help and --dry-run; a real run on ext4
 with a Presso target whose binary fails (recorded as failed, the run goes on, the report is
-written, nothing is left); and Ctrl-C in the middle of a run."""
+written, nothing is left); the same with two repetitions, run as rounds with the targets
+alternating; and Ctrl-C in the middle of a run."""
 import csv
 import glob
 import json
