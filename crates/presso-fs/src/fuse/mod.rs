@@ -1,5 +1,5 @@
 //! The FUSE adapter: each method converts arguments, calls the [`Vfs`], and replies. Errors are
-//! mapped to errno here and nowhere else ([`FsError::errno`]).
+//! mapped to errno here and nowhere else ([`FsError::errno`](crate::error::FsError::errno)).
 //!
 //! Several session threads read requests, each from its own clone of the FUSE device
 //! ([`DEFAULT_CHANNELS`], mount option `channels=`). Each runs namespace operations, writes,
@@ -25,8 +25,6 @@ mod requests;
 
 pub use config::{configure_kernel, mount_config};
 
-#[cfg(doc)]
-use crate::error::FsError;
 use crate::vfs::Vfs;
 
 /// How long the kernel may keep names and attributes without asking again, by default. One

@@ -3,7 +3,7 @@
 
 use super::rows::{records_in_segment_sql, LIST_ORPHANS_SQL, SEGMENT_USAGE_SQL};
 use super::*;
-use crate::{Dentry, FileKind, Timespec};
+use crate::{Dentry, FileKind, Timespec, ROOT_INO};
 
 /// A database path in the temporary directory, removed with its companions on drop.
 pub(super) struct TempDb(pub(super) PathBuf);
@@ -144,21 +144,21 @@ fn reprepares(conn: &Connection) -> i32 {
 fn cached_statements_run_again_without_being_compiled_again() {
     let db = TempDb::new("reprepare");
     let e = SqliteEngine::create(&db.0, SqliteOptions::default()).unwrap();
+    let root = ROOT_INO;
+    let entry = Dentry {
+        ino: root,
+        kind: FileKind::Dir,
+    };
     let mut tx = e.write().unwrap();
     tx.put_inode(&crate::root_row(Timespec::now())).unwrap();
     for name in [&b"a"[..], b"b", b"c"] {
-        let entry = Dentry {
-            ino: crate::ROOT_INO,
-            kind: FileKind::Dir,
-        };
-        tx.put_dentry(crate::ROOT_INO, name, entry).unwrap();
+        tx.put_dentry(root, name, entry).unwrap();
     }
     tx.commit().unwrap();
     // Rebinding a parameter the planner looked at (a LIMIT's, for one) expires a statement,
     // so each run compiled it anew: a third of the daemon's time in a `find`.
     let mut tx = e.begin_read().unwrap();
     for round in 0..3 {
-        let root = crate::ROOT_INO;
         tx.list_dentries(root, None, 2).unwrap();
         tx.list_dentries(root, Some(b"a"), 2 + round).unwrap();
         tx.list_dentries_with_inodes(root, None, 2).unwrap();
@@ -174,12 +174,7 @@ fn cached_statements_run_again_without_being_compiled_again() {
     drop(tx);
     // The write connection, in grouped transactions.
     for round in 0..3 {
-        let root = crate::ROOT_INO;
         let name = format!("w{round}");
-        let entry = Dentry {
-            ino: root,
-            kind: FileKind::Dir,
-        };
         let mut tx = e.write().unwrap();
         tx.put_dentry(root, name.as_bytes(), entry).unwrap();
         tx.list_dentries(root, Some(b"a"), 2 + round).unwrap();
