@@ -38,6 +38,8 @@ mod cache;
 mod cache_tests;
 mod group;
 mod intent;
+#[cfg(test)]
+mod intent_tests;
 mod primitives;
 mod rows;
 mod schema;
