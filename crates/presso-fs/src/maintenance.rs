@@ -323,7 +323,7 @@ pub fn scrub(pool: &Pool, progress: &mut dyn FnMut(Progress)) -> Result<ScrubRep
                     .insert(r.rec.offset);
                 done += u64::from(r.rec.stored_len);
             }
-            match pool.read_record(r.ino, r.index, &r.rec) {
+            match pool.read_record_checking_all(r.ino, r.index, &r.rec) {
                 Ok(data) if data.len() == r.rec.logical_len as usize => {}
                 Ok(data) => {
                     let why = format!(

@@ -161,6 +161,60 @@ fn the_store_keeps_tags() {
     assert_eq!(b.offset, a.offset + a.entry_len());
 }
 
+/// A read whose caller verifies the payload itself checks every byte of the envelope header
+/// (a change anywhere in it is refused and counted) and hands the payload over as it is; the
+/// usual read refuses a changed payload.
+#[test]
+fn a_read_verified_by_its_caller_checks_the_header_and_leaves_the_payload_to_it() {
+    let sim = SimDir::new();
+    let store = Store::create(
+        Arc::new(sim.clone()),
+        Default::default(),
+        StoreConfig::default(),
+    )
+    .unwrap();
+    let tag = EntryTag {
+        ino: 9,
+        index: 0,
+        txg: 2,
+        record_size: 4096,
+    };
+    let loc = store.append_tagged(&payload(3, 500), Some(&tag)).unwrap();
+    assert_eq!(
+        store.read_entry_verified_by_caller(loc).unwrap(),
+        (payload(3, 500), Some(tag))
+    );
+    let name = segment_file_name(loc.segment);
+    let intact = sim.contents(&name).unwrap();
+    let flipped = |at: u64| {
+        let mut bytes = intact.clone();
+        bytes[(loc.offset + at) as usize] ^= 0x5a;
+        sim.set_contents(&name, &bytes);
+    };
+    for at in 0..ENTRY_HEADER_LEN as u64 {
+        flipped(at);
+        let before = store.corruptions();
+        assert!(
+            store.read_entry_verified_by_caller(loc).is_err(),
+            "a change at envelope byte {at} was not refused"
+        );
+        assert_eq!(store.corruptions(), before + 1, "byte {at}: not counted");
+    }
+    let at = ENTRY_HEADER_LEN as u64 + 100;
+    flipped(at);
+    let (handed, _) = store.read_entry_verified_by_caller(loc).unwrap();
+    let mut expected = payload(3, 500);
+    expected[100] ^= 0x5a;
+    assert_eq!(
+        handed, expected,
+        "the payload was not handed over as stored"
+    );
+    assert!(
+        store.read_entry(loc).is_err(),
+        "the usual read took a changed payload"
+    );
+}
+
 /// A pool written before format 2: a segment of version 1 with format-1 entries opens, reads,
 /// is accounted with 16-byte envelopes, and is never appended to (the first append starts a new
 /// segment of format 2); its bytes stay as they were.

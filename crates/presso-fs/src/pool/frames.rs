@@ -8,7 +8,7 @@ use parking_lot::RwLockWriteGuard;
 use presso_codec::frame::FrameHeader;
 use presso_codec::Encoded;
 use presso_meta::RecordRef;
-use presso_store::EntryTag;
+use presso_store::{EntryTag, Store};
 
 use super::{location, PendingFrame, Pool, INLINE_MAX};
 use crate::error::{FsError, Result};
@@ -129,7 +129,7 @@ impl Pool {
 
     /// Reads the frame `rec` refers to and checks it is the one the metadata recorded.
     pub fn read_frame(&self, ino: u64, index: u64, rec: &RecordRef) -> Result<Vec<u8>> {
-        self.read_checked_frame(ino, index, rec)
+        self.read_checked_frame(ino, index, rec, EntryCheck::Store)
             .map(|(frame, _, _)| frame)
     }
 
@@ -141,7 +141,7 @@ impl Pool {
         index: u64,
         rec: &RecordRef,
     ) -> Result<(Vec<u8>, Option<EntryTag>)> {
-        self.read_checked_frame(ino, index, rec)
+        self.read_checked_frame(ino, index, rec, EntryCheck::Store)
             .map(|(frame, _, tag)| (frame, tag))
     }
 
@@ -151,10 +151,16 @@ impl Pool {
         ino: u64,
         index: u64,
         rec: &RecordRef,
+        check: EntryCheck,
     ) -> Result<(Vec<u8>, FrameHeader, Option<EntryTag>)> {
+        let loc = location(rec);
+        let read = match check {
+            EntryCheck::Store => Store::read_entry,
+            EntryCheck::Decoder => Store::read_entry_verified_by_caller,
+        };
         let (frame, tag) = match &rec.inline {
             Some(frame) => (frame.clone(), None),
-            None => self.store.read_entry(location(rec)).inspect_err(|e| {
+            None => read(&self.store, loc).inspect_err(|e| {
                 // A host I/O error is not damage in the pool; anything else the store refuses
                 // (a damaged entry, a missing segment, a location outside it) is.
                 if !matches!(e, presso_store::StoreError::Io { .. }) {
@@ -188,11 +194,30 @@ impl Pool {
         }
     }
 
-    /// Reads and decodes record `index` of `ino` from `rec`, verifying every checksum.
-    /// A record stored as-is is a view into the frame read from the store, not a copy.
+    /// Reads and decodes record `index` of `ino` from `rec`, verifying it: the frame's header
+    /// CRC-32, its stored hash against the metadata's, the XXH3-64 of its payload, and the
+    /// CRC-32 of what it decodes to. The store's CRC-32 of the entry's payload is left out: it
+    /// covers the same bytes as the first two, more weakly (one pass fewer over every record
+    /// read). A record stored as-is is a view into the frame read from the store, not a copy.
     pub fn read_record(&self, ino: u64, index: u64, rec: &RecordRef) -> Result<Bytes> {
+        self.read_record_checking(ino, index, rec, EntryCheck::Decoder)
+    }
+
+    /// [`Pool::read_record`] with the store's CRC-32 of the entry checked too: for the scrub,
+    /// which checks every checksum the pool holds.
+    pub fn read_record_checking_all(&self, ino: u64, index: u64, rec: &RecordRef) -> Result<Bytes> {
+        self.read_record_checking(ino, index, rec, EntryCheck::Store)
+    }
+
+    fn read_record_checking(
+        &self,
+        ino: u64,
+        index: u64,
+        rec: &RecordRef,
+        check: EntryCheck,
+    ) -> Result<Bytes> {
         let cpu = presso_codec::stats::thread_cpu_time();
-        let (frame, header, _) = self.read_checked_frame(ino, index, rec)?;
+        let (frame, header, _) = self.read_checked_frame(ino, index, rec, check)?;
         let data = self
             .engine
             .decode_parsed_shared(&header, Bytes::from(frame))
@@ -227,4 +252,12 @@ impl Pool {
             ..crate::lifetime::Work::of_engine(&self.engine.stats())
         }
     }
+}
+
+/// Which check covers the payload of a record's entry: the store's CRC-32, or the frame's own
+/// checksums, verified as the frame is decoded.
+#[derive(Debug, Clone, Copy)]
+enum EntryCheck {
+    Store,
+    Decoder,
 }

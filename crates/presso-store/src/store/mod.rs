@@ -538,6 +538,30 @@ impl Store {
 
     /// [`Store::read`], also returning the entry's tag (the record it holds, if it says).
     pub fn read_entry(&self, loc: Location) -> Result<(Vec<u8>, Option<EntryTag>)> {
+        self.read_entry_checking(loc, true)
+    }
+
+    /// [`Store::read_entry`] for a caller that verifies the payload itself, with a check at
+    /// least as strong as a CRC-32 of the payload: the envelope header is checked as always (its
+    /// magic, CRC-32 and format, the length against the location), the payload's CRC-32 is not,
+    /// which saves a pass over every byte read. A damaged payload then fails the caller's check
+    /// instead of this one, and is not counted here.
+    ///
+    /// The file layer reads records this way: a record frame carries a CRC-32 of its header and
+    /// an XXH3-64 of its payload, which the metadata names too, so the envelope's CRC-32 covers
+    /// nothing those two do not.
+    pub fn read_entry_verified_by_caller(
+        &self,
+        loc: Location,
+    ) -> Result<(Vec<u8>, Option<EntryTag>)> {
+        self.read_entry_checking(loc, false)
+    }
+
+    fn read_entry_checking(
+        &self,
+        loc: Location,
+        check_payload: bool,
+    ) -> Result<(Vec<u8>, Option<EntryTag>)> {
         let bad = |reason| StoreError::BadLocation {
             segment: loc.segment,
             offset: loc.offset,
@@ -575,7 +599,7 @@ impl Store {
             .storage
             .read_vec_at(loc.len as usize, at)
             .map_err(|e| io_error(&seg.name, at, "read", e))?;
-        if crc32fast::hash(&payload) != header.payload_crc {
+        if check_payload && crc32fast::hash(&payload) != header.payload_crc {
             return Err(self.corrupt(loc, "payload CRC-32 mismatch".to_string()));
         }
         Ok((payload, header.tag))
