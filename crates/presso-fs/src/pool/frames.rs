@@ -63,6 +63,18 @@ impl Pool {
         self.pending_frames.write()
     }
 
+    /// How many times garbage collection has committed moved frames since the pool opened: a
+    /// location looked up before this number changed may name a place a frame has left.
+    pub fn moves_committed(&self) -> u64 {
+        self.counters.moves_committed.load(Ordering::SeqCst)
+    }
+
+    /// Notes that garbage collection committed moved frames; called before the places they
+    /// left go.
+    pub fn note_moves_committed(&self) {
+        self.counters.moves_committed.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// Stores `data` at once, on the caller's thread, as an uncompressed frame: for the rare
     /// record whose op must be queued before an op the caller queues next (see the file layer's
     /// trim of bytes a crash left past a file's size). Returns the record like

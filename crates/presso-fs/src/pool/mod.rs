@@ -118,6 +118,8 @@ pub struct PoolCounters {
     pub decode_cpu_ns: AtomicU64,
     /// Frames that failed verification on read.
     pub corruptions: AtomicU64,
+    /// Commits of frames moved by garbage collection, each before the places they left go.
+    pub moves_committed: AtomicU64,
 }
 
 /// An open pool.

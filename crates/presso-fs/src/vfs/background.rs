@@ -74,6 +74,8 @@ impl Vfs {
                 continue;
             };
             let mut st = node.state.lock();
+            // The metadata now answers for what these slots and watermarks held.
+            st.recent.forget();
             for tag in tags {
                 if tag.index == CLEARING {
                     st.cleared.retain(|&(_, g)| g != tag.generation);

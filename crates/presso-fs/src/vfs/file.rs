@@ -68,6 +68,8 @@ pub(super) struct FileState {
     pub(super) queued_in: u64,
     pub(super) last_read_end: u64,
     pub(super) readahead_until: u64,
+    /// Committed record locations looked up lately, for reads.
+    pub(super) recent: RecentRefs,
     pub(super) settings: Option<(u64, CodecSpec, JobOptions)>,
 }
 
@@ -201,4 +203,81 @@ pub(super) fn wait_submitted(node: &FileNode, mark: u64) -> parking_lot::MutexGu
         node.changed.wait(&mut st);
     }
     st
+}
+
+/// Committed locations of records of the file looked up lately (by reads and readahead), so
+/// that a sequential reader asks the metadata once per readahead batch instead of twice per
+/// request.
+///
+/// Invariant: a location kept here is the metadata's answer for its record wherever reads
+/// consult it, which is only where the metadata answers (no overlay slot, no truncate
+/// watermark). The metadata's answer for such a record changes only when a group commits a
+/// change the overlay or a watermark held until then, and [`Vfs::committed`] calls
+/// [`RecentRefs::forget`] before that slot or watermark goes. A lookup made outside the file's
+/// lock is kept only if no `forget` came in between (its epoch). Garbage collection moves frames
+/// without the file layer, and commits each batch of moves before the places they left go
+/// ([`Pool::note_moves_committed`]); locations kept from before that are forgotten. A move
+/// between a look here and the read of the frame is found again by [`Vfs::load`], as for any
+/// location looked up before a move. Shared pools keep nothing here: other clients change
+/// their records.
+///
+/// [`Vfs::committed`]: super::Vfs::committed
+/// [`Vfs::load`]: super::Vfs::load
+/// [`Pool::note_moves_committed`]: crate::pool::Pool::note_moves_committed
+#[derive(Debug, Default)]
+pub(super) struct RecentRefs {
+    refs: BTreeMap<u64, RecordRef>,
+    epoch: u64,
+    /// The pool's count of committed moves when the locations were kept.
+    moves: u64,
+}
+
+impl RecentRefs {
+    /// Most locations kept; the lowest record indexes go first (readers move forward).
+    const LIMIT: usize = 64;
+
+    /// The location of record `index`, if kept.
+    pub(super) fn get(&self, index: u64) -> Option<&RecordRef> {
+        self.refs.get(&index)
+    }
+
+    /// The epoch a lookup starting now must show to [`RecentRefs::keep`].
+    pub(super) fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Forgets every location: the metadata's answers may change.
+    pub(super) fn forget(&mut self) {
+        self.refs.clear();
+        self.epoch += 1;
+    }
+
+    /// Forgets every location if garbage collection has committed moves since they were kept
+    /// (`moves`: [`Pool::moves_committed`] now).
+    ///
+    /// [`Pool::moves_committed`]: crate::pool::Pool::moves_committed
+    pub(super) fn follow_moves(&mut self, moves: u64) {
+        if moves != self.moves {
+            self.forget();
+            self.moves = moves;
+        }
+    }
+
+    /// Keeps the locations a lookup started at `epoch` found, unless something was forgotten
+    /// since (`moves` as for [`RecentRefs::follow_moves`]).
+    pub(super) fn keep(
+        &mut self,
+        epoch: u64,
+        moves: u64,
+        found: impl IntoIterator<Item = (u64, RecordRef)>,
+    ) {
+        self.follow_moves(moves);
+        if epoch != self.epoch {
+            return;
+        }
+        self.refs.extend(found);
+        while self.refs.len() > Self::LIMIT {
+            self.refs.pop_first();
+        }
+    }
 }

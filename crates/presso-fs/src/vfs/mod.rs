@@ -298,6 +298,7 @@ impl Vfs {
                 queued_in: 0,
                 last_read_end: u64::MAX,
                 readahead_until: 0,
+                recent: Default::default(),
                 settings: None,
             }),
             changed: Condvar::new(),

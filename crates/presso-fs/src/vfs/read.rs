@@ -14,8 +14,11 @@ impl Vfs {
             Ref(Option<RecordRef>),
             Lookup,
         }
-        let (end, rs, pieces, ahead) = {
+        // A shared pool's records change under other clients: it keeps no locations.
+        let remember = self.pool.client().is_none();
+        let (end, rs, pieces, ahead, epoch) = {
             let mut st = node.state.lock();
+            st.recent.follow_moves(self.pool.moves_committed());
             let end = offset.saturating_add(u64::from(size)).min(st.size);
             if offset >= end {
                 return Ok(Bytes::new());
@@ -30,14 +33,20 @@ impl Vfs {
                     Some(Slot::Compressing { data, .. }) => Piece::Bytes(data.clone()),
                     Some(Slot::Stored { rec, .. }) => Piece::Ref(rec.clone()),
                     None if st.is_cleared(index) => Piece::Ref(None),
-                    None => Piece::Lookup,
+                    None => match st.recent.get(index) {
+                        Some(rec) if remember => Piece::Ref(Some(rec.clone())),
+                        _ => Piece::Lookup,
+                    },
                 });
             }
             let sequential = st.last_read_end == offset || offset == 0;
             st.last_read_end = end;
-            let ahead = if sequential && self.config.readahead > 0 {
+            let window = self.config.readahead as u64;
+            // Extended once half the window is read, so that the metadata is asked once per half
+            // window rather than once per request.
+            let ahead = if sequential && window > 0 && st.readahead_until <= last + 1 + window / 2 {
                 let from = (last + 1).max(st.readahead_until);
-                let to = (last + 1 + self.config.readahead as u64)
+                let to = (last + 1 + window)
                     .min(st.size.div_ceil(rs))
                     .min(st.cleared_from());
                 if from < to {
@@ -49,7 +58,7 @@ impl Vfs {
             } else {
                 None
             };
-            (end, rs, pieces, ahead)
+            (end, rs, pieces, ahead, st.recent.epoch())
         };
         let first = offset / rs;
         let mut looked_up: HashMap<u64, RecordRef> = HashMap::new();
@@ -57,8 +66,13 @@ impl Vfs {
             let last = first + pieces.len() as u64;
             looked_up = self.pool.records(ino, first..last)?.into_iter().collect();
         }
-        if let Some(range) = ahead {
-            self.read_ahead(ino, range);
+        let ahead = ahead.map(|range| self.read_ahead(ino, range));
+        if remember && (!looked_up.is_empty() || ahead.is_some()) {
+            let found = looked_up.iter().map(|(i, r)| (*i, r.clone()));
+            let mut st = node.state.lock();
+            let moves = self.pool.moves_committed();
+            st.recent
+                .keep(epoch, moves, found.chain(ahead.into_iter().flatten()));
         }
         let mut chunks: Vec<(ReadSource, usize, usize)> = Vec::with_capacity(pieces.len());
         for (i, piece) in pieces.into_iter().enumerate() {
@@ -120,18 +134,25 @@ impl Vfs {
         }
     }
 
-    pub(super) fn read_ahead(&self, ino: u64, range: std::ops::Range<u64>) {
+    /// Queues the records of `range` for the readahead threads; returns their locations (none
+    /// when the lookup failed: readahead is best effort).
+    pub(super) fn read_ahead(
+        &self,
+        ino: u64,
+        range: std::ops::Range<u64>,
+    ) -> Vec<(u64, RecordRef)> {
         let Ok(records) = self.pool.records(ino, range) else {
-            return;
+            return Vec::new();
         };
-        for (index, rec) in records {
+        for (index, rec) in &records {
             if rec.inline.is_none()
                 && !self.cache.contains((rec.segment, rec.offset))
-                && self.readahead.try_send((ino, index, rec)).is_err()
+                && self.readahead.try_send((ino, *index, rec.clone())).is_err()
             {
                 break;
             }
         }
+        records
     }
 
     /// `lseek` with `SEEK_DATA` or `SEEK_HOLE`: holes are whole records that are absent or all
