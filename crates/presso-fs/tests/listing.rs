@@ -6,21 +6,14 @@ mod sim;
 
 use std::sync::Arc;
 
-use presso_fs::pool::Pool;
 use presso_fs::vfs::Vfs;
 use presso_meta::memory::MemoryEngine;
-use presso_meta::{Attr, FileKind, MetaEngine, MetaStore, NewNode, ROOT_INO};
+use presso_meta::{Attr, FileKind, MetaEngine, NewNode, ROOT_INO};
 
 /// A file layer on a fresh pool, and its metadata engine (to damage it).
 fn mounted() -> (Arc<Vfs>, MemoryEngine) {
-    let (dir, meta) = sim::new_pool();
-    let (pool, _) = Pool::open_with(
-        Arc::new(dir),
-        MetaStore::new(Box::new(meta.handle())),
-        sim::pool_options(),
-    )
-    .expect("open");
-    (Vfs::new(pool, sim::vfs_config()), meta)
+    let (vfs, _, meta) = sim::mounted_with(sim::vfs_config());
+    (vfs, meta)
 }
 
 /// A listing with replies of `per_reply` entries, each resumed from the last cookie taken;

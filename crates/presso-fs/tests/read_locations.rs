@@ -9,7 +9,7 @@ use std::sync::Arc;
 use presso_fs::maintenance;
 use presso_fs::pool::Pool;
 use presso_fs::vfs::{Vfs, VfsConfig};
-use presso_meta::{MetaStore, NewNode, SetAttr, ROOT_INO};
+use presso_meta::{NewNode, SetAttr, ROOT_INO};
 use std::sync::atomic::Ordering;
 
 /// Record size of the default pool.
@@ -18,19 +18,13 @@ const RS: usize = 128 << 10;
 const RECORDS: usize = 40;
 
 fn mounted() -> (Arc<Vfs>, Arc<Pool>) {
-    let (dir, meta) = sim::new_pool();
-    let (pool, _) = Pool::open_with(
-        Arc::new(dir),
-        MetaStore::new(Box::new(meta.handle())),
-        sim::pool_options(),
-    )
-    .expect("open");
     // A decoded-record cache smaller than the file, so that reads go to the segments.
     let config = VfsConfig {
         cache_bytes: 1 << 20,
         ..sim::vfs_config()
     };
-    (Vfs::new(pool.clone(), config), pool)
+    let (vfs, pool, _) = sim::mounted_with(config);
+    (vfs, pool)
 }
 
 /// A new file named `name` holding `data`, committed; returns its inode.

@@ -136,8 +136,8 @@ fn unknown_kind_is_refused() {
 }
 
 /// The store writes the tag and gives it back, on read and in the segment scan.
-#[test]
-fn the_store_keeps_tags() {
+/// A new store on a simulated directory.
+fn new_store() -> (SimDir, Store) {
     let sim = SimDir::new();
     let store = Store::create(
         Arc::new(sim.clone()),
@@ -145,6 +145,12 @@ fn the_store_keeps_tags() {
         StoreConfig::default(),
     )
     .unwrap();
+    (sim, store)
+}
+
+#[test]
+fn the_store_keeps_tags() {
+    let (_, store) = new_store();
     let tag = EntryTag {
         ino: 5,
         index: 3,
@@ -166,13 +172,7 @@ fn the_store_keeps_tags() {
 /// usual read refuses a changed payload.
 #[test]
 fn a_read_verified_by_its_caller_checks_the_header_and_leaves_the_payload_to_it() {
-    let sim = SimDir::new();
-    let store = Store::create(
-        Arc::new(sim.clone()),
-        Default::default(),
-        StoreConfig::default(),
-    )
-    .unwrap();
+    let (sim, store) = new_store();
     let tag = EntryTag {
         ino: 9,
         index: 0,
@@ -220,13 +220,7 @@ fn a_read_verified_by_its_caller_checks_the_header_and_leaves_the_payload_to_it(
 /// segment of format 2); its bytes stay as they were.
 #[test]
 fn a_format_1_segment_reads_and_is_sealed_at_the_first_append() {
-    let sim = SimDir::new();
-    let store = Store::create(
-        Arc::new(sim.clone()),
-        Default::default(),
-        StoreConfig::default(),
-    )
-    .unwrap();
+    let (sim, store) = new_store();
     let uuid = store.header().uuid;
     drop(store);
     let mut bytes = SegmentHeader {

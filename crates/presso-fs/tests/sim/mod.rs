@@ -78,6 +78,19 @@ pub fn new_pool() -> (SimDir, MemoryEngine) {
     (dir, meta)
 }
 
+/// A file layer with `config` on a fresh pool on simulated parts ([`new_pool`], opened with
+/// [`pool_options`]): the layer, its pool and the metadata engine (to look at or damage it).
+pub fn mounted_with(config: VfsConfig) -> (Arc<Vfs>, Arc<Pool>, MemoryEngine) {
+    let (dir, meta) = new_pool();
+    let (pool, _) = Pool::open_with(
+        Arc::new(dir),
+        MetaStore::new(Box::new(meta.handle())),
+        pool_options(),
+    )
+    .expect("open");
+    (Vfs::new(pool.clone(), config), pool, meta)
+}
+
 /// Segments in the test process's S3 server, staged in a local directory of their own.
 pub struct ObjectsPlace {
     local: std::path::PathBuf,
