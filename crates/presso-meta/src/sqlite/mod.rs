@@ -7,7 +7,7 @@
 //!
 //! Concurrency: write transactions are serialized on the write connection (`BEGIN IMMEDIATE`);
 //! with `synchronous=NORMAL` the ordinary ones are grouped into one open SQLite transaction and
-//! committed through the intent log ([`group`], [`intent`]). A read transaction runs on the write
+//! committed through the intent log (`group.rs`, `intent.rs`). A read transaction runs on the write
 //! connection when that is idle: its page cache is always current there, where a read connection
 //! must reload every page a commit since its last transaction changed. While a group is open it
 //! runs there inside the group, waiting for the connection if need be, since a read connection
@@ -41,6 +41,7 @@ mod intent;
 #[cfg(test)]
 mod intent_tests;
 mod primitives;
+mod readers;
 mod rows;
 mod schema;
 #[cfg(test)]
@@ -50,7 +51,7 @@ mod txn;
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags};
@@ -61,6 +62,7 @@ use crate::error::{MetaError, Result};
 use cache::InodeCache;
 use group::Groups;
 pub use group::COUNTER_INTENT_GROUP;
+use readers::Readers;
 pub use schema::SCHEMA_VERSION;
 use txn::{Handle, SqliteTxn};
 
@@ -215,22 +217,12 @@ impl Writer {
     }
 }
 
-/// Read connections not in use, and how many exist in total.
-struct Pool {
-    idle: Vec<Connection>,
-    open: usize,
-    /// Threads waiting for a connection to come back (a notification costs a system call, so
-    /// none is sent when nobody waits).
-    waiting: usize,
-}
-
 /// The SQLite engine.
 pub struct SqliteEngine {
     path: PathBuf,
     sync: Synchronous,
     writer: Mutex<Writer>,
-    readers: Mutex<Pool>,
-    returned: Condvar,
+    readers: Readers,
     /// Whether the write connection holds an open group (see [`Groups::flag`]).
     group_open: Arc<AtomicBool>,
 }
@@ -325,7 +317,6 @@ impl SqliteEngine {
         // Read connections are opened later, possibly after the working directory changed.
         let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
         Ok(SqliteEngine {
-            path,
             sync: opts.synchronous,
             group_open,
             writer: Mutex::new(Writer {
@@ -336,70 +327,9 @@ impl SqliteEngine {
                 inodes: RefCell::default(),
                 savepoint: Cell::new(false),
             }),
-            readers: Mutex::new(Pool {
-                idle: Vec::new(),
-                open: 0,
-                waiting: 0,
-            }),
-            returned: Condvar::new(),
+            readers: Readers::new(path.clone()),
+            path,
         })
-    }
-
-    fn open_reader(&self) -> Result<Connection> {
-        let conn = connect(&self.path, false)?;
-        configure(&conn)?;
-        conn.execute_batch("PRAGMA query_only=ON").map_err(eng)?;
-        Ok(conn)
-    }
-
-    /// Takes an idle read connection, opens one if fewer than [`READ_CONNECTIONS`] exist, or
-    /// waits for one to be returned.
-    fn take_reader(&self) -> Result<Connection> {
-        let mut pool = self.readers.lock().map_err(poisoned)?;
-        loop {
-            if let Some(c) = pool.idle.pop() {
-                return Ok(c);
-            }
-            if pool.open < READ_CONNECTIONS {
-                pool.open += 1;
-                drop(pool);
-                let opened = self.open_reader();
-                if opened.is_err() {
-                    self.forget_reader();
-                }
-                return opened;
-            }
-            pool.waiting += 1;
-            pool = self.returned.wait(pool).map_err(poisoned)?;
-            pool.waiting -= 1;
-        }
-    }
-
-    fn give_back(&self, conn: Connection) {
-        // A connection still inside a transaction (its rollback failed) is closed, not reused.
-        if !conn.is_autocommit() {
-            drop(conn);
-            self.forget_reader();
-            return;
-        }
-        self.change_readers(|pool| pool.idle.push(conn));
-    }
-
-    fn forget_reader(&self) {
-        self.change_readers(|pool| pool.open = pool.open.saturating_sub(1));
-    }
-
-    /// Applies `change` to the read connections and wakes a thread waiting for one, if any.
-    fn change_readers(&self, change: impl FnOnce(&mut Pool)) {
-        match self.readers.lock() {
-            Ok(mut pool) => {
-                change(&mut pool);
-                if pool.waiting > 0 {
-                    self.returned.notify_one();
-                }
-            }
-            Err(_) => self.returned.notify_all(),
-        }
     }
 
     /// A read transaction on the write connection if that is idle, else on a pooled one.
@@ -456,9 +386,9 @@ impl SqliteEngine {
     }
 
     fn begin_read(&self) -> Result<SqliteTxn<'_>> {
-        let conn = self.take_reader()?;
+        let conn = self.readers.take()?;
         if let Err(e) = control(&conn, "BEGIN DEFERRED") {
-            self.give_back(conn);
+            self.readers.give_back(conn);
             return Err(eng(e));
         }
         Ok(SqliteTxn {
@@ -528,7 +458,7 @@ impl MetaEngine for SqliteEngine {
             .to_str()
             .ok_or_else(|| MetaError::invalid("the copy's path is not UTF-8"))?;
         drop(self.commit_open_group()?);
-        let conn = self.take_reader()?;
+        let conn = self.readers.take()?;
         // A read connection: the copy is one read transaction's snapshot, and writers go on.
         // `query_only` refuses VACUUM INTO (it writes, if only to another file), so it is lifted
         // for this one statement; a connection that cannot be put back is closed.
@@ -537,17 +467,17 @@ impl MetaEngine for SqliteEngine {
             .and_then(|()| conn.execute("VACUUM INTO ?1", [target]))
             .map_err(eng_on(&conn));
         match conn.execute_batch("PRAGMA query_only=ON") {
-            Ok(()) => self.give_back(conn),
+            Ok(()) => self.readers.give_back(conn),
             Err(_) => {
                 drop(conn);
-                self.forget_reader();
+                self.readers.forget();
             }
         }
         copied.map(|_| true)
     }
 
     fn close(&self) -> Result<()> {
-        self.readers.lock().map_err(poisoned)?.idle.clear();
+        self.readers.close_idle()?;
         self.checkpoint()?;
         let mut writer = self.writer.lock().map_err(poisoned)?;
         // A connection to nothing takes the writer's place, so a late use fails instead of

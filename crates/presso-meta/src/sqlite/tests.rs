@@ -195,11 +195,11 @@ fn read_connections_are_pooled_and_capped() {
         let held: Vec<_> = (0..READ_CONNECTIONS)
             .map(|_| e.begin_read().unwrap())
             .collect();
-        assert_eq!(e.readers.lock().unwrap().open, READ_CONNECTIONS);
-        assert!(e.readers.lock().unwrap().idle.is_empty());
+        assert_eq!(e.readers.pool.lock().unwrap().open, READ_CONNECTIONS);
+        assert!(e.readers.pool.lock().unwrap().idle.is_empty());
         drop(held);
     }
-    assert_eq!(e.readers.lock().unwrap().idle.len(), READ_CONNECTIONS);
+    assert_eq!(e.readers.pool.lock().unwrap().idle.len(), READ_CONNECTIONS);
     std::thread::scope(|s| {
         for _ in 0..3 * READ_CONNECTIONS {
             s.spawn(|| {
@@ -210,7 +210,7 @@ fn read_connections_are_pooled_and_capped() {
             });
         }
     });
-    let pool = e.readers.lock().unwrap();
+    let pool = e.readers.pool.lock().unwrap();
     assert_eq!(pool.open, READ_CONNECTIONS);
     assert_eq!(pool.idle.len(), READ_CONNECTIONS);
     assert_eq!(pool.waiting, 0);

@@ -50,7 +50,7 @@ impl Drop for SqliteTxn<'_> {
         }
         if let Handle::Read(engine, conn) = &mut self.handle {
             if let Some(c) = conn.take() {
-                engine.give_back(c);
+                engine.readers.give_back(c);
             }
         }
     }
