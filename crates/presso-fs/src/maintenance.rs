@@ -196,8 +196,6 @@ fn collect(
         // A gone client's segment gets no new references: nothing of that client commits.
         let settled = pool.frames_settled();
         pool.commit(true)?;
-        // Readers keep locations between reads; this tells them the moved ones are stale.
-        pool.note_moves_committed();
         if !pool.meta().records_in_segment(number)?.is_empty() {
             // Only a write racing with the copy can leave a reference here; try next time.
             continue;

@@ -63,16 +63,11 @@ impl Pool {
         self.pending_frames.write()
     }
 
-    /// How many times garbage collection has committed moved frames since the pool opened: a
-    /// location looked up before this number changed may name a place a frame has left.
+    /// How many groups with frames moved by garbage collection have committed since the pool
+    /// opened: a location looked up before this number changed may name a place a frame has
+    /// left.
     pub fn moves_committed(&self) -> u64 {
         self.counters.moves_committed.load(Ordering::SeqCst)
-    }
-
-    /// Notes that garbage collection committed moved frames; called before the places they
-    /// left go.
-    pub fn note_moves_committed(&self) {
-        self.counters.moves_committed.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Stores `data` at once, on the caller's thread, as an uncompressed frame: for the rare
@@ -165,14 +160,13 @@ impl Pool {
         rec: &RecordRef,
         check: EntryCheck,
     ) -> Result<(Vec<u8>, FrameHeader, Option<EntryTag>)> {
-        let loc = location(rec);
         let read = match check {
             EntryCheck::Store => Store::read_entry,
             EntryCheck::Decoder => Store::read_entry_verified_by_caller,
         };
         let (frame, tag) = match &rec.inline {
             Some(frame) => (frame.clone(), None),
-            None => read(&self.store, loc).inspect_err(|e| {
+            None => read(&self.store, location(rec)).inspect_err(|e| {
                 // A host I/O error is not damage in the pool; anything else the store refuses
                 // (a damaged entry, a missing segment, a location outside it) is.
                 if !matches!(e, presso_store::StoreError::Io { .. }) {

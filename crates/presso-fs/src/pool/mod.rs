@@ -118,7 +118,8 @@ pub struct PoolCounters {
     pub decode_cpu_ns: AtomicU64,
     /// Frames that failed verification on read.
     pub corruptions: AtomicU64,
-    /// Commits of frames moved by garbage collection, each before the places they left go.
+    /// Groups committed with frames moved by garbage collection (counted as each commits,
+    /// before the places the frames left can go).
     pub moves_committed: AtomicU64,
 }
 
@@ -538,6 +539,11 @@ impl Pool {
         let outcome = self.meta.apply_txg_numbered(number, ops, durable)?;
         for rec in outcome.replaced.iter().chain(&outcome.not_applied) {
             self.discard(rec);
+        }
+        // Counted once the metadata names the new places, before anyone can remove the old ones
+        // (garbage collection removes a segment only after the commit it waits for returns).
+        if ops.iter().any(|op| matches!(op, TxgOp::MoveRecord { .. })) {
+            self.counters.moves_committed.fetch_add(1, Ordering::SeqCst);
         }
         self.counters.txgs.fetch_add(1, Ordering::Relaxed);
         if durable {

@@ -215,15 +215,15 @@ pub(super) fn wait_submitted(node: &FileNode, mark: u64) -> parking_lot::MutexGu
 /// change the overlay or a watermark held until then, and [`Vfs::committed`] calls
 /// [`RecentRefs::forget`] before that slot or watermark goes. A lookup made outside the file's
 /// lock is kept only if no `forget` came in between (its epoch). Garbage collection moves frames
-/// without the file layer, and commits each batch of moves before the places they left go
-/// ([`Pool::note_moves_committed`]); locations kept from before that are forgotten. A move
-/// between a look here and the read of the frame is found again by [`Vfs::load`], as for any
-/// location looked up before a move. Shared pools keep nothing here: other clients change
-/// their records.
+/// without the file layer; the pool counts each group of moves as it commits, before the places
+/// they left can go ([`Pool::moves_committed`]), and locations kept from before a change of that
+/// count are forgotten. A move between a look here and the read of the frame is found again by
+/// [`Vfs::load`], as for any location looked up before a move. Shared pools keep nothing here:
+/// other clients change their records.
 ///
 /// [`Vfs::committed`]: super::Vfs::committed
 /// [`Vfs::load`]: super::Vfs::load
-/// [`Pool::note_moves_committed`]: crate::pool::Pool::note_moves_committed
+/// [`Pool::moves_committed`]: crate::pool::Pool::moves_committed
 #[derive(Debug, Default)]
 pub(super) struct RecentRefs {
     refs: BTreeMap<u64, RecordRef>,
