@@ -1,85 +1,103 @@
-//! The write connection's cache of inode rows, and the rows it holds back from SQLite.
+//! The write connection's cache of rows read by key, and the rows it holds back from SQLite.
 //!
-//! A namespace request reads the inode it changes (a SETATTR reads, then rewrites its inode; a
-//! CREATE reads its directory twice), and that read is a statement of its own each time. The
-//! cache answers those reads from the rows this connection wrote or read last.
+//! A namespace request reads the rows it changes (a SETATTR reads, then rewrites its inode; a
+//! CREATE reads its directory, asks whether the name is free and reads the next inode number),
+//! and each of those reads is a statement of its own. The cache answers them from the rows this
+//! connection wrote or read last: inode rows by number, directory entries by parent and name
+//! (an entry known to be absent too), and counters by name.
 //!
-//! Inside a group ([`super::group`]) a transaction's row writes are held here, *pending*, rather
-//! than written to SQLite at once: a transaction is committed by its intent-log record, which
-//! carries the row, so SQLite needs the row only before a statement that could read it. Pending
-//! rows are written to SQLite before the first other statement of a transaction (which also
-//! takes its savepoint then), before the first statement of a read in the group, and before the
-//! group commits. A `tar x` SETATTR then costs no statement at all, and a file's three or four
-//! SETATTRs cost one row write between them.
+//! Inside a group ([`super::group`]) a transaction's writes of these rows are held here,
+//! *pending*, rather than written to SQLite at once: a transaction is committed by its
+//! intent-log record, which carries the rows, so SQLite needs them only before a statement that
+//! could read them. Pending rows are written to SQLite before the first other statement of a
+//! transaction (which also takes its savepoint then), before the first statement of a read in
+//! the group, and before the group commits. A `tar x` CREATE then runs no statement but the
+//! reads of a name and a number that are not held, its SETATTRs none at all, and the rows a
+//! file's requests rewrite reach SQLite once, with the group.
 //!
 //! Invariants:
 //! - Every row held is what the write connection would read now, its open group's changes
 //!   included, pending rows written. Only this connection writes the database (the process
-//!   holds it alone) and inode rows change only through [`Txn::put_inode`] and
-//!   [`Txn::delete_inode`], which keep the cache.
-//! - No statement other than the read of one row that is not held runs while rows are pending;
-//!   the transaction handle enforces this (`SqliteTxn::c`).
+//!   holds it alone), and inode rows, entries and counters change only through the
+//!   transaction's primitives (`Txn::put_inode`, `Txn::put_dentry`, `Txn::set_counter` and
+//!   their deletes), which keep the cache; the group's own counter is the one exception and is
+//!   never held ([`super::group::COUNTER_INTENT_GROUP`]).
+//! - While rows are pending, no statement runs but reads that no pending row can affect: of
+//!   one row by its key that is not held, or of the tables whose rows are never held
+//!   (extended attributes, records, properties). The transaction handle enforces this
+//!   (`SqliteTxn::c` and `SqliteTxn::reader`).
 //! - Rows are pending only inside an open group, and only for transactions whose record is in
 //!   the intent log or for the one running; so a crash loses nothing SQLite alone would keep.
-//! - Undoing a transaction puts back what its changes replaced (the `undo` list) and forgets
+//! - Undoing a transaction puts back what its changes replaced (the `undo` lists) and forgets
 //!   every row that is not pending, since SQLite's rows may have gone back.
-//!
-//! [`Txn::put_inode`]: crate::engine::Txn::put_inode
-//! [`Txn::delete_inode`]: crate::engine::Txn::delete_inode
 
 use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
 
-use crate::engine::InodeRow;
+use crate::engine::{Dentry, InodeRow};
 
-/// Most rows held; a full cache forgets its rows that are not pending (requests touch a few
-/// inodes each, mostly ones touched just before, so recency within this many is what matters).
+/// Most rows of one kind held; a full table forgets its rows that are not pending (requests
+/// touch a few rows each, mostly ones touched just before, so recency within this many is what
+/// matters).
 const CAPACITY: usize = 4096;
 
-/// Most rows held pending; a transaction that would hold more writes them all instead.
+/// Most rows held pending, all kinds together; a transaction that would hold more writes them
+/// instead.
 pub(super) const PENDING_LIMIT: usize = 1024;
+
+/// A directory entry's key: the directory's inode number and the name.
+pub(super) type NameKey = (u64, Vec<u8>);
 
 /// What a change of the running transaction replaced: the row held before (if any) and
 /// whether it was pending.
-struct Undo {
-    ino: u64,
-    row: Option<InodeRow>,
+struct Undo<K, V> {
+    key: K,
+    row: Option<V>,
     pending: bool,
 }
 
-/// Inode rows by number, as the write connection sees them now.
-#[derive(Default)]
-pub(super) struct InodeCache {
-    rows: HashMap<u64, InodeRow>,
+/// Rows of one kind by key, as the write connection sees them now.
+pub(super) struct Held<K, V> {
+    rows: HashMap<K, V>,
     /// Rows held here that SQLite does not have yet.
-    pending: HashSet<u64>,
+    pending: HashSet<K>,
     /// The running transaction's changes to pending rows, oldest first.
-    undo: Vec<Undo>,
+    undo: Vec<Undo<K, V>>,
 }
 
-impl InodeCache {
-    /// The row of `ino`, if held.
-    pub(super) fn get(&self, ino: u64) -> Option<InodeRow> {
-        self.rows.get(&ino).cloned()
+impl<K, V> Default for Held<K, V> {
+    fn default() -> Self {
+        Held {
+            rows: HashMap::new(),
+            pending: HashSet::new(),
+            undo: Vec::new(),
+        }
+    }
+}
+
+impl<K: Hash + Eq + Ord + Clone, V: Clone> Held<K, V> {
+    /// The row of `key`, if held.
+    pub(super) fn get(&self, key: &K) -> Option<V> {
+        self.rows.get(key).cloned()
     }
 
-    /// Holds `row`, which SQLite has, as the current row of its inode.
-    pub(super) fn put(&mut self, row: &InodeRow) {
-        self.make_room(row.attr.ino);
-        self.pending.remove(&row.attr.ino);
-        self.rows.insert(row.attr.ino, row.clone());
+    /// Holds `row`, which SQLite has, as the current row of `key`.
+    pub(super) fn put(&mut self, key: K, row: V) {
+        self.make_room(&key);
+        self.pending.remove(&key);
+        self.rows.insert(key, row);
     }
 
-    /// Holds `row` as the current row of its inode, pending: SQLite does not have it yet.
-    pub(super) fn hold(&mut self, row: &InodeRow) {
-        let ino = row.attr.ino;
-        self.make_room(ino);
+    /// Holds `row` as the current row of `key`, pending: SQLite does not have it yet.
+    pub(super) fn hold(&mut self, key: K, row: V) {
+        self.make_room(&key);
         self.undo.push(Undo {
-            ino,
-            row: self.rows.get(&ino).cloned(),
-            pending: self.pending.contains(&ino),
+            key: key.clone(),
+            row: self.rows.get(&key).cloned(),
+            pending: self.pending.contains(&key),
         });
-        self.pending.insert(ino);
-        self.rows.insert(ino, row.clone());
+        self.pending.insert(key.clone());
+        self.rows.insert(key, row);
     }
 
     /// How many rows are pending.
@@ -87,74 +105,72 @@ impl InodeCache {
         self.pending.len()
     }
 
-    /// The pending rows, in inode order.
-    pub(super) fn pending_rows(&self) -> Vec<InodeRow> {
-        let mut inos: Vec<u64> = self.pending.iter().copied().collect();
-        inos.sort_unstable();
-        inos.iter()
-            .filter_map(|i| self.rows.get(i).cloned())
+    /// The pending rows, in key order.
+    pub(super) fn pending_rows(&self) -> Vec<(K, V)> {
+        let mut keys: Vec<&K> = self.pending.iter().collect();
+        keys.sort_unstable();
+        keys.into_iter()
+            .filter_map(|k| self.rows.get(k).map(|v| (k.clone(), v.clone())))
             .collect()
     }
 
-    /// Notes that SQLite now has the pending row of `ino`. Inside a transaction's savepoint
+    /// Notes that SQLite now has the pending row of `key`. Inside a transaction's savepoint
     /// (`undoable`), undoing the transaction makes the row pending again.
-    pub(super) fn written(&mut self, ino: u64, undoable: bool) {
-        if self.pending.remove(&ino) && undoable {
+    pub(super) fn written(&mut self, key: &K, undoable: bool) {
+        if self.pending.remove(key) && undoable {
             self.undo.push(Undo {
-                ino,
-                row: self.rows.get(&ino).cloned(),
+                key: key.clone(),
+                row: self.rows.get(key).cloned(),
                 pending: true,
             });
         }
     }
 
-    /// Forgets the row of `ino`; SQLite has no pending row of it to keep (every pending row is
+    /// Forgets the row of `key`; SQLite has no pending row of it to keep (every pending row is
     /// written before a statement that deletes one).
-    pub(super) fn remove(&mut self, ino: u64) {
-        self.rows.remove(&ino);
-        self.pending.remove(&ino);
+    pub(super) fn remove(&mut self, key: &K) {
+        self.rows.remove(key);
+        self.pending.remove(key);
     }
 
     /// A transaction begins or ends committed: what it changed stays.
-    pub(super) fn settle_transaction(&mut self) {
+    fn settle_transaction(&mut self) {
         self.undo.clear();
     }
 
     /// The running transaction is undone: puts back what its changes replaced, then forgets
     /// every row that is not pending.
-    pub(super) fn undo_transaction(&mut self) {
+    fn undo_transaction(&mut self) {
         while let Some(u) = self.undo.pop() {
             match u.row {
-                Some(row) => self.rows.insert(u.ino, row),
-                None => self.rows.remove(&u.ino),
+                Some(row) => self.rows.insert(u.key.clone(), row),
+                None => self.rows.remove(&u.key),
             };
             if u.pending {
-                self.pending.insert(u.ino);
+                self.pending.insert(u.key);
             } else {
-                self.pending.remove(&u.ino);
+                self.pending.remove(&u.key);
             }
         }
         self.forget_written();
     }
 
-    /// Forgets every row SQLite has (after a failed statement, which may have undone more than
-    /// itself); pending rows stay, SQLite never had them.
-    pub(super) fn forget_written(&mut self) {
+    /// Forgets every row SQLite has; pending rows stay, SQLite never had them.
+    fn forget_written(&mut self) {
         let pending = &self.pending;
-        self.rows.retain(|ino, _| pending.contains(ino));
+        self.rows.retain(|k, _| pending.contains(k));
     }
 
-    /// Forgets every row, pending ones included: before a rollback of the whole group, which
-    /// the intent log's replay follows, or at close.
-    pub(super) fn clear(&mut self) {
+    /// Forgets every row, pending ones included.
+    fn clear(&mut self) {
         self.rows.clear();
         self.pending.clear();
         self.undo.clear();
     }
 
-    /// Makes room for the row of `ino`: a full cache forgets the rows SQLite has.
-    fn make_room(&mut self, ino: u64) {
-        if self.rows.len() >= CAPACITY && !self.rows.contains_key(&ino) {
+    /// Makes room for the row of `key`: a full table forgets the rows SQLite has.
+    fn make_room(&mut self, key: &K) {
+        if self.rows.len() >= CAPACITY && !self.rows.contains_key(key) {
             self.forget_written();
         }
     }
@@ -163,5 +179,54 @@ impl InodeCache {
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.rows.len()
+    }
+}
+
+/// The rows the write connection holds, by kind.
+#[derive(Default)]
+pub(super) struct RowCache {
+    /// Inode rows by number.
+    pub(super) inodes: Held<u64, InodeRow>,
+    /// Directory entries by parent and name; `None` when the entry is known to be absent.
+    pub(super) names: Held<NameKey, Option<Dentry>>,
+    /// Counters by name.
+    pub(super) counters: Held<String, u64>,
+}
+
+impl RowCache {
+    /// How many rows are pending, all kinds together.
+    pub(super) fn pending_len(&self) -> usize {
+        self.inodes.pending_len() + self.names.pending_len() + self.counters.pending_len()
+    }
+
+    /// A transaction begins or ends committed: what it changed stays.
+    pub(super) fn settle_transaction(&mut self) {
+        self.inodes.settle_transaction();
+        self.names.settle_transaction();
+        self.counters.settle_transaction();
+    }
+
+    /// The running transaction is undone: puts back what its changes replaced, then forgets
+    /// every row that is not pending.
+    pub(super) fn undo_transaction(&mut self) {
+        self.inodes.undo_transaction();
+        self.names.undo_transaction();
+        self.counters.undo_transaction();
+    }
+
+    /// Forgets every row SQLite has (after a failed statement, which may have undone more than
+    /// itself); pending rows stay, SQLite never had them.
+    pub(super) fn forget_written(&mut self) {
+        self.inodes.forget_written();
+        self.names.forget_written();
+        self.counters.forget_written();
+    }
+
+    /// Forgets every row, pending ones included: before a rollback of the whole group, which
+    /// the intent log's replay follows, or at close.
+    pub(super) fn clear(&mut self) {
+        self.inodes.clear();
+        self.names.clear();
+        self.counters.clear();
     }
 }

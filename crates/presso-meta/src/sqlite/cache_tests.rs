@@ -1,5 +1,7 @@
-//! Tests of the write connection's inode cache: what it holds is what the connection reads,
+//! Tests of the write connection's row cache: what it holds is what the connection reads,
 //! through commits, rollbacks and failed statements.
+
+use rusqlite::OptionalExtension;
 
 use super::tests::{limit_pages, TempDb};
 use super::*;
@@ -117,7 +119,7 @@ fn a_failed_statement_empties_the_cache() {
     drop(tx);
     {
         let w = e.writer.lock().unwrap();
-        assert_eq!(w.inodes.borrow().len(), 0);
+        assert_eq!(w.rows.borrow().inodes.len(), 0);
     }
     assert_eq!(root(&e).attr.mode, 0o755);
     assert_eq!(stored_root(&e), 0o755);
@@ -134,7 +136,7 @@ fn the_cache_stays_within_its_capacity() {
         tx.put_inode(&row).unwrap();
     }
     tx.commit().unwrap();
-    let held = e.writer.lock().unwrap().inodes.borrow().len();
+    let held = e.writer.lock().unwrap().rows.borrow().inodes.len();
     assert!(held > 0 && held <= 4096, "{held} rows held");
     // Rows that fell out are read from SQLite.
     assert_eq!(e.read().unwrap().get_inode(2).unwrap().unwrap().attr.ino, 2);
@@ -229,4 +231,122 @@ fn an_undone_transaction_leaves_earlier_rows_pending() {
     let mut tx = e.read().unwrap();
     assert_eq!(tx.get_inode(2).unwrap().unwrap().attr.mode, 0o644);
     assert_eq!(listed_mode(tx.as_mut()), 0o644);
+}
+
+/// The root's entry `name` and counter `counter` as SQLite holds them, read past the cache.
+fn stored_name_and_counter(e: &SqliteEngine, name: &[u8], counter: &str) -> (bool, Option<i64>) {
+    let w = e.writer.lock().unwrap();
+    let named = w
+        .conn
+        .query_row(
+            "SELECT count(*) FROM dentries WHERE parent = ?1 AND name = ?2",
+            rusqlite::params![ROOT_INO, name],
+            |r| r.get::<_, i64>(0),
+        )
+        .unwrap()
+        > 0;
+    let value = w
+        .conn
+        .query_row(
+            "SELECT value FROM counters WHERE name = ?1",
+            [counter],
+            |r| r.get(0),
+        )
+        .optional()
+        .unwrap();
+    (named, value)
+}
+
+/// Names `name` in the root for inode `ino` and sets counter `c` to `value`, in a grouped
+/// transaction of its own that first reads both, as a CREATE does.
+fn commit_name_and_counter(e: &SqliteEngine, name: &[u8], ino: u64, value: u64) {
+    let mut tx = e.write().unwrap();
+    assert_eq!(tx.get_dentry(ROOT_INO, name).unwrap(), None);
+    assert!(tx.get_counter("c").unwrap() < value);
+    let entry = crate::engine::Dentry {
+        ino,
+        kind: crate::engine::FileKind::File,
+    };
+    tx.put_dentry(ROOT_INO, name, entry).unwrap();
+    tx.set_counter("c", value).unwrap();
+    assert_eq!(tx.get_dentry(ROOT_INO, name).unwrap(), Some(entry));
+    assert_eq!(tx.get_counter("c").unwrap(), value);
+    tx.commit().unwrap();
+}
+
+#[test]
+fn names_and_counters_wait_in_the_cache_and_survive_a_kill() {
+    let (db, e) = engine("cache-names");
+    commit_name_and_counter(&e, b"n", 2, 7);
+    // Committed by the intent-log record alone: no statement wrote either, not even inside the
+    // open group, which the write connection would see.
+    assert_eq!(stored_name_and_counter(&e, b"n", "c"), (false, None));
+    let mut tx = e.read().unwrap();
+    assert_eq!(tx.get_dentry(ROOT_INO, b"n").unwrap().unwrap().ino, 2);
+    assert_eq!(tx.get_counter("c").unwrap(), 7);
+    drop(tx);
+    e.abandon();
+    let e = SqliteEngine::open(&db.0, SqliteOptions::default()).unwrap();
+    assert_eq!(stored_name_and_counter(&e, b"n", "c"), (true, Some(7)));
+    assert_eq!(
+        e.read()
+            .unwrap()
+            .get_dentry(ROOT_INO, b"n")
+            .unwrap()
+            .unwrap()
+            .ino,
+        2
+    );
+}
+
+#[test]
+fn statements_see_pending_names_and_counters() {
+    let (_db, e) = engine("cache-names-listing");
+    commit_name_and_counter(&e, b"n", 2, 3);
+    // A listing is a statement: the pending rows are written into the group before it.
+    let mut tx = e.read().unwrap();
+    assert_eq!(tx.count_dentries(ROOT_INO).unwrap(), 1);
+    drop(tx);
+    assert_eq!(stored_name_and_counter(&e, b"n", "c"), (true, Some(3)));
+}
+
+#[test]
+fn an_undone_transaction_takes_back_its_names_and_counters() {
+    let (_db, e) = engine("cache-names-undo");
+    commit_name_and_counter(&e, b"a", 2, 1);
+    let mut tx = e.write().unwrap();
+    let entry = crate::engine::Dentry {
+        ino: 3,
+        kind: crate::engine::FileKind::File,
+    };
+    tx.put_dentry(ROOT_INO, b"b", entry).unwrap();
+    tx.set_counter("c", 2).unwrap();
+    // A statement: writes every pending row under the transaction's savepoint, then deletes.
+    assert!(tx.delete_dentry(ROOT_INO, b"a").unwrap());
+    assert_eq!(tx.get_dentry(ROOT_INO, b"a").unwrap(), None);
+    drop(tx);
+    // The earlier transaction's rows are back (pending again), the undone one's gone.
+    let mut tx = e.read().unwrap();
+    assert_eq!(tx.get_dentry(ROOT_INO, b"a").unwrap().unwrap().ino, 2);
+    assert_eq!(tx.get_dentry(ROOT_INO, b"b").unwrap(), None);
+    assert_eq!(tx.get_counter("c").unwrap(), 1);
+    drop(tx);
+    e.checkpoint().unwrap();
+    assert_eq!(stored_name_and_counter(&e, b"a", "c"), (true, Some(1)));
+    assert_eq!(stored_name_and_counter(&e, b"b", "c"), (false, Some(1)));
+}
+
+#[test]
+fn reads_of_tables_never_held_leave_the_rows_pending() {
+    let (_db, e) = engine("cache-names-unheld");
+    commit_name_and_counter(&e, b"n", 2, 5);
+    let mut tx = e.read().unwrap();
+    assert_eq!(tx.get_prop(2, "compression").unwrap(), None);
+    assert_eq!(tx.list_props(2).unwrap(), Vec::new());
+    assert_eq!(tx.get_xattr(2, b"user.a").unwrap(), None);
+    assert!(tx.list_xattrs(2).unwrap().is_empty());
+    assert_eq!(tx.get_record(2, 0).unwrap(), None);
+    assert!(tx.list_records(2, 0..8).unwrap().is_empty());
+    drop(tx);
+    assert_eq!(stored_name_and_counter(&e, b"n", "c"), (false, None));
 }

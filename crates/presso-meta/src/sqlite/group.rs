@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 
 use super::intent::{self, IntentLog, Position, Redo};
-use super::rows::write_inode;
+use super::rows::{write_counter, write_dentry, write_inode};
 use super::txn::{Handle, SqliteTxn};
 use super::{control, eng_on, Synchronous, Writer};
 use crate::engine::Txn;
@@ -103,12 +103,12 @@ impl Writer {
             groups.flag.store(true, Ordering::SeqCst);
         }
         self.savepoint.set(false);
-        self.inodes.get_mut().settle_transaction();
+        self.rows.get_mut().settle_transaction();
         Ok(())
     }
 
     /// Readies the running grouped transaction for statements: takes its savepoint, then writes
-    /// the pending inode rows under it, so that undoing the transaction makes them pending
+    /// the pending rows under it, so that undoing the transaction makes them pending
     /// again. Called through a shared borrow, from the statement's first use of the connection.
     pub(super) fn begin_statements(&self) -> Result<()> {
         control(&self.conn, SAVEPOINT).map_err(eng_on(&self.conn))?;
@@ -116,13 +116,25 @@ impl Writer {
         self.write_pending(true)
     }
 
-    /// Writes the pending inode rows to SQLite; `undoable` when under the running transaction's
+    /// Writes the pending rows to SQLite; `undoable` when under the running transaction's
     /// savepoint. Stops at the first failure, leaving the rows not written pending.
     pub(super) fn write_pending(&self, undoable: bool) -> Result<()> {
-        let mut cache = self.inodes.borrow_mut();
-        for row in cache.pending_rows() {
-            write_inode(&self.conn, &row).map_err(eng_on(&self.conn))?;
-            cache.written(row.attr.ino, undoable);
+        let mut cache = self.rows.borrow_mut();
+        if cache.pending_len() == 0 {
+            return Ok(());
+        }
+        let failed = eng_on(&self.conn);
+        for (ino, row) in cache.inodes.pending_rows() {
+            write_inode(&self.conn, &row).map_err(&failed)?;
+            cache.inodes.written(&ino, undoable);
+        }
+        for ((parent, name), entry) in cache.names.pending_rows() {
+            write_dentry(&self.conn, parent, &name, entry).map_err(&failed)?;
+            cache.names.written(&(parent, name), undoable);
+        }
+        for (name, value) in cache.counters.pending_rows() {
+            write_counter(&self.conn, &name, value).map_err(&failed)?;
+            cache.counters.written(&name, undoable);
         }
         Ok(())
     }
@@ -153,7 +165,7 @@ impl Writer {
         }
         let due = open.ops >= GROUP_OPS || open.started.elapsed() >= GROUP_AGE;
         // Committed: its pending rows stay pending, now for a transaction in the log.
-        self.inodes.get_mut().settle_transaction();
+        self.rows.get_mut().settle_transaction();
         if self.savepoint.replace(false) {
             if let Err(e) = control(&self.conn, RELEASE) {
                 self.restore_group(&format!("release of a transaction's savepoint failed: {e}"));
@@ -178,7 +190,7 @@ impl Writer {
                 return;
             }
         }
-        self.inodes.get_mut().undo_transaction();
+        self.rows.get_mut().undo_transaction();
         if self.in_group() && self.conn.is_autocommit() {
             self.restore_group("the open group was rolled back by SQLite");
         }
@@ -229,8 +241,8 @@ impl Writer {
     }
 
     fn replay_open_group(&mut self) -> Result<()> {
-        // The replay below writes rows without the cache; every pending row is in the log.
-        self.inodes.get_mut().clear();
+        // The replay below writes rows past the cache; every pending row is in the log.
+        self.rows.get_mut().clear();
         self.savepoint.set(false);
         let conn = &self.conn;
         let Some(groups) = self.groups.as_mut() else {

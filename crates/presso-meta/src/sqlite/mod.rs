@@ -59,7 +59,7 @@ use rusqlite::{Connection, OpenFlags};
 use crate::engine::{MetaEngine, Txn};
 use crate::error::{MetaError, Result};
 
-use cache::InodeCache;
+use cache::RowCache;
 use group::Groups;
 pub use group::COUNTER_INTENT_GROUP;
 use readers::Readers;
@@ -199,10 +199,11 @@ struct Writer {
     groups: Option<Groups>,
     /// Why the connection lost its open group, when it did (see [`Writer::check_usable`]).
     broken: Option<String>,
-    /// Inode rows as this connection sees them now, some not written to SQLite yet (see
-    /// [`cache`]). In a cell because the first statement of a grouped transaction writes the
-    /// pending rows, and statements are run through a shared borrow (`SqliteTxn::c`).
-    inodes: RefCell<InodeCache>,
+    /// Inode rows, directory entries and counters as this connection sees them now, some not
+    /// written to SQLite yet (see [`cache`]). In a cell because the first statement of a grouped
+    /// transaction writes the pending rows, and statements are run through a shared borrow
+    /// (`SqliteTxn::c`).
+    rows: RefCell<RowCache>,
     /// Whether the running grouped transaction has taken its savepoint (see [`group`]).
     savepoint: Cell<bool>,
 }
@@ -212,7 +213,7 @@ impl Writer {
     /// not it succeeds, what they showed may be undone. Rows are pending only in a group, which
     /// is rolled back only to be replayed from the intent log.
     fn rollback(&mut self) -> rusqlite::Result<()> {
-        self.inodes.get_mut().clear();
+        self.rows.get_mut().clear();
         control(&self.conn, "ROLLBACK")
     }
 }
@@ -324,7 +325,7 @@ impl SqliteEngine {
                 sync_now: opts.synchronous,
                 groups,
                 broken: None,
-                inodes: RefCell::default(),
+                rows: RefCell::default(),
                 savepoint: Cell::new(false),
             }),
             readers: Readers::new(path.clone()),
@@ -484,7 +485,7 @@ impl MetaEngine for SqliteEngine {
         // reopening the file.
         let closed = Connection::open_in_memory().map_err(eng)?;
         let conn = std::mem::replace(&mut writer.conn, closed);
-        writer.inodes.get_mut().clear();
+        writer.rows.get_mut().clear();
         conn.close().map_err(|(_, e)| eng(e))?;
         // Everything the log held is committed and checkpointed.
         writer.groups = None;

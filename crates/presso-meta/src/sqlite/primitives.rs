@@ -6,8 +6,8 @@ use std::ops::Range;
 use rusqlite::{params, OptionalExtension};
 
 use super::rows::{
-    idx, records_in_segment_sql, row_to_inode, row_to_location, row_to_record, write_inode,
-    CODEC_USAGE_SQL, LIST_ORPHANS_SQL, RECORD_COLS, SEGMENT_USAGE_SQL,
+    idx, records_in_segment_sql, row_to_inode, row_to_location, row_to_record, write_counter,
+    write_dentry, write_inode, CODEC_USAGE_SQL, LIST_ORPHANS_SQL, RECORD_COLS, SEGMENT_USAGE_SQL,
 };
 use super::txn::{Handle, SqliteTxn};
 use super::{control, COUNTER_DURABLE_COMMITS};
@@ -19,13 +19,13 @@ use crate::error::{MetaError, Result};
 
 impl Txn for SqliteTxn<'_> {
     fn get_inode(&mut self, ino: u64) -> Result<Option<InodeRow>> {
-        if let Some(row) = self.inodes().and_then(|c| c.get(ino)) {
+        if let Some(row) = self.rows().and_then(|c| c.inodes.get(&ino)) {
             return Ok(Some(row));
         }
         // A row not held is not pending, so SQLite's is current: this read needs neither the
         // pending rows written nor the transaction's savepoint.
         let got = self
-            .row_reader()?
+            .reader()?
             .prepare_cached(
                 "SELECT ino, kind, mode, uid, gid, size, nlink, atime_s, atime_ns, mtime_s,
                         mtime_ns, ctime_s, ctime_ns, rdev, parent, target
@@ -44,21 +44,22 @@ impl Txn for SqliteTxn<'_> {
                 row
             }
         };
-        if let Some(cache) = self.inodes() {
-            cache.put(&row);
+        if let Some(cache) = self.rows() {
+            cache.inodes.put(ino, row.clone());
         }
         Ok(Some(row))
     }
 
     fn put_inode(&mut self, row: &InodeRow) -> Result<()> {
         self.log(|r| r.put_inode(row));
-        if self.hold_inode(row) {
+        if let Some(cache) = self.holding() {
+            cache.inodes.hold(row.attr.ino, row.clone());
             return Ok(());
         }
         let done = write_inode(self.w()?, row).map_err(self.err());
         self.settle(done)?;
-        if let Some(cache) = self.inodes() {
-            cache.put(row);
+        if let Some(cache) = self.rows() {
+            cache.inodes.put(row.attr.ino, row.clone());
         }
         Ok(())
     }
@@ -71,54 +72,62 @@ impl Txn for SqliteTxn<'_> {
             .map_err(self.err())
             .and_then(|mut st| st.execute(params![ino as i64]).map_err(self.err()));
         // After the statement: taking the connection wrote the pending rows, this one's too.
-        if let Some(cache) = self.inodes() {
-            cache.remove(ino);
+        if let Some(cache) = self.rows() {
+            cache.inodes.remove(&ino);
         }
         Ok(self.settle(done)? > 0)
     }
 
     fn get_dentry(&mut self, parent: u64, name: &[u8]) -> Result<Option<Dentry>> {
-        let got: Option<(i64, u8)> = self
-            .c()?
+        let key = (parent, name.to_vec());
+        if let Some(held) = self.rows().and_then(|c| c.names.get(&key)) {
+            return Ok(held);
+        }
+        // An entry not held is not pending, so SQLite's is current (see `get_inode`).
+        let got: Result<Option<(i64, u8)>> = self
+            .reader()?
             .prepare_cached("SELECT ino, kind FROM dentries WHERE parent = ?1 AND name = ?2")
-            .map_err(self.err())?
-            .query_row(params![parent as i64, name], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()
-            .map_err(self.err())?;
-        got.map(|(ino, k)| {
-            Ok(Dentry {
+            .map_err(self.err())
+            .and_then(|mut st| {
+                st.query_row(params![parent as i64, name], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()
+                    .map_err(self.err())
+            });
+        let entry = match self.settle(got)? {
+            Some((ino, k)) => Some(Dentry {
                 ino: ino as u64,
                 kind: FileKind::from_code(k)?,
-            })
-        })
-        .transpose()
+            }),
+            None => None,
+        };
+        if let Some(cache) = self.rows() {
+            cache.names.put(key, entry);
+        }
+        Ok(entry)
     }
 
     fn put_dentry(&mut self, parent: u64, name: &[u8], entry: Dentry) -> Result<()> {
         self.log(|r| r.put_dentry(parent, name, entry));
-        self.w()?
-            .prepare_cached(
-                "INSERT OR REPLACE INTO dentries (parent, name, ino, kind) VALUES (?1, ?2, ?3, ?4)",
-            )
-            .map_err(self.err())?
-            .execute(params![
-                parent as i64,
-                name,
-                entry.ino as i64,
-                entry.kind.code()
-            ])
-            .map_err(self.err())?;
+        let key = (parent, name.to_vec());
+        if let Some(cache) = self.holding() {
+            cache.names.hold(key, Some(entry));
+            return Ok(());
+        }
+        let done = write_dentry(self.w()?, parent, name, Some(entry)).map_err(self.err());
+        self.settle(done)?;
+        if let Some(cache) = self.rows() {
+            cache.names.put(key, Some(entry));
+        }
         Ok(())
     }
 
     fn delete_dentry(&mut self, parent: u64, name: &[u8]) -> Result<bool> {
         self.log(|r| r.delete_dentry(parent, name));
-        let n = self
-            .w()?
-            .prepare_cached("DELETE FROM dentries WHERE parent = ?1 AND name = ?2")
-            .map_err(self.err())?
-            .execute(params![parent as i64, name])
-            .map_err(self.err())?;
+        let done = write_dentry(self.w()?, parent, name, None).map_err(self.err());
+        let n = self.settle(done)?;
+        if let Some(cache) = self.rows() {
+            cache.names.put((parent, name.to_vec()), None);
+        }
         Ok(n > 0)
     }
 
@@ -223,7 +232,7 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn get_xattr(&mut self, ino: u64, name: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.c()?
+        self.reader()?
             .prepare_cached("SELECT value FROM xattrs WHERE ino = ?1 AND name = ?2")
             .map_err(self.err())?
             .query_row(params![ino as i64, name], |r| r.get(0))
@@ -254,7 +263,7 @@ impl Txn for SqliteTxn<'_> {
 
     fn list_xattrs(&mut self, ino: u64) -> Result<Vec<Vec<u8>>> {
         let mut st = self
-            .c()?
+            .reader()?
             .prepare_cached("SELECT name FROM xattrs WHERE ino = ?1 ORDER BY name")
             .map_err(self.err())?;
         let rows = st
@@ -265,7 +274,7 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn xattr_name_in_use(&mut self, name: &[u8]) -> Result<bool> {
-        self.c()?
+        self.reader()?
             .prepare_cached("SELECT EXISTS (SELECT 1 FROM xattrs WHERE name = ?1)")
             .map_err(self.err())?
             .query_row(params![name], |r| r.get(0))
@@ -273,7 +282,7 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn get_record(&mut self, ino: u64, index: u64) -> Result<Option<RecordRef>> {
-        self.c()?
+        self.reader()?
             .prepare_cached(&format!(
                 "SELECT {RECORD_COLS} FROM records WHERE ino = ?1 AND idx = ?2"
             ))
@@ -319,7 +328,7 @@ impl Txn for SqliteTxn<'_> {
 
     fn list_records(&mut self, ino: u64, range: Range<u64>) -> Result<Vec<(u64, RecordRef)>> {
         let mut st = self
-            .c()?
+            .reader()?
             .prepare_cached(&format!(
                 "SELECT {RECORD_COLS} FROM records
                  WHERE ino = ?1 AND idx >= ?2 AND idx < ?3 ORDER BY idx"
@@ -441,7 +450,7 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn get_prop(&mut self, ino: u64, name: &str) -> Result<Option<String>> {
-        self.c()?
+        self.reader()?
             .prepare_cached("SELECT value FROM props WHERE ino = ?1 AND name = ?2")
             .map_err(self.err())?
             .query_row(params![ino as i64, name], |r| r.get(0))
@@ -472,7 +481,7 @@ impl Txn for SqliteTxn<'_> {
 
     fn list_props(&mut self, ino: u64) -> Result<Vec<(String, String)>> {
         let mut st = self
-            .c()?
+            .reader()?
             .prepare_cached("SELECT name, value FROM props WHERE ino = ?1 ORDER BY name")
             .map_err(self.err())?;
         let rows = st
@@ -483,23 +492,39 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn get_counter(&mut self, name: &str) -> Result<u64> {
-        let v: Option<i64> = self
-            .c()?
+        if let Some(value) = self.counters(name).and_then(|c| c.get(&name.to_owned())) {
+            return Ok(value);
+        }
+        // A counter not held is not pending, so SQLite's is current (see `get_inode`).
+        let got: Result<Option<i64>> = self
+            .reader()?
             .prepare_cached("SELECT value FROM counters WHERE name = ?1")
-            .map_err(self.err())?
-            .query_row(params![name], |r| r.get(0))
-            .optional()
-            .map_err(self.err())?;
-        Ok(v.unwrap_or(0) as u64)
+            .map_err(self.err())
+            .and_then(|mut st| {
+                st.query_row(params![name], |r| r.get(0))
+                    .optional()
+                    .map_err(self.err())
+            });
+        let value = self.settle(got)?.unwrap_or(0) as u64;
+        if let Some(cache) = self.counters(name) {
+            cache.put(name.to_owned(), value);
+        }
+        Ok(value)
     }
 
     fn set_counter(&mut self, name: &str, value: u64) -> Result<()> {
         self.log(|r| r.set_counter(name, value));
-        self.w()?
-            .prepare_cached("INSERT OR REPLACE INTO counters (name, value) VALUES (?1, ?2)")
-            .map_err(self.err())?
-            .execute(params![name, value as i64])
-            .map_err(self.err())?;
+        if self.counters(name).is_some() {
+            if let Some(cache) = self.holding() {
+                cache.counters.hold(name.to_owned(), value);
+                return Ok(());
+            }
+        }
+        let done = write_counter(self.w()?, name, value).map_err(self.err());
+        self.settle(done)?;
+        if let Some(cache) = self.counters(name) {
+            cache.put(name.to_owned(), value);
+        }
         Ok(())
     }
 

@@ -1,6 +1,6 @@
 //! Conversions between SQLite rows and engine rows, and the SQL text shared by several queries.
 
-use crate::engine::{FileKind, InodeRow, RecordLocation, RecordRef, Timespec};
+use crate::engine::{Dentry, FileKind, InodeRow, RecordLocation, RecordRef, Timespec};
 use crate::Attr;
 
 /// The time in columns `secs` and `secs + 1` (seconds, nanoseconds). Nanoseconds outside
@@ -43,6 +43,42 @@ pub(super) fn write_inode(conn: &rusqlite::Connection, row: &InodeRow) -> rusqli
         row.target,
     ])
     .map(|_| ())
+}
+
+/// Writes directory entry `parent`/`name` as `entry`, or deletes it when `None`: the statements
+/// that write entries. Returns how many rows changed.
+pub(super) fn write_dentry(
+    conn: &rusqlite::Connection,
+    parent: u64,
+    name: &[u8],
+    entry: Option<Dentry>,
+) -> rusqlite::Result<usize> {
+    match entry {
+        Some(d) => conn
+            .prepare_cached(
+                "INSERT OR REPLACE INTO dentries (parent, name, ino, kind) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(rusqlite::params![
+                parent as i64,
+                name,
+                d.ino as i64,
+                d.kind.code()
+            ]),
+        None => conn
+            .prepare_cached("DELETE FROM dentries WHERE parent = ?1 AND name = ?2")?
+            .execute(rusqlite::params![parent as i64, name]),
+    }
+}
+
+/// Writes counter `name` as `value`: the statement that writes counters.
+pub(super) fn write_counter(
+    conn: &rusqlite::Connection,
+    name: &str,
+    value: u64,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached("INSERT OR REPLACE INTO counters (name, value) VALUES (?1, ?2)")?
+        .execute(rusqlite::params![name, value as i64])
+        .map(|_| ())
 }
 
 pub(super) fn row_to_inode(r: &rusqlite::Row<'_>) -> rusqlite::Result<(InodeRow, u8)> {

@@ -6,10 +6,10 @@ use std::sync::MutexGuard;
 
 use rusqlite::Connection;
 
-use super::cache::{InodeCache, PENDING_LIMIT};
+use super::cache::{Held, RowCache, PENDING_LIMIT};
+use super::group::COUNTER_INTENT_GROUP;
 use super::intent::Redo;
 use super::{control, eng_on, SqliteEngine, Writer};
-use crate::engine::InodeRow;
 use crate::error::{MetaError, Result};
 
 pub(super) enum Handle<'a> {
@@ -58,7 +58,7 @@ impl Drop for SqliteTxn<'_> {
 
 impl SqliteTxn<'_> {
     /// The connection of this transaction, ready for any statement: on the write connection
-    /// inside a group, the pending inode rows are written first (a grouped transaction takes its
+    /// inside a group, the pending rows are written first (a grouped transaction takes its
     /// savepoint before them, a read writes them into the group); see [`super::cache`].
     pub(super) fn c(&self) -> Result<&Connection> {
         if let Handle::Write(w) | Handle::ReadOnWriter(w) = &self.handle {
@@ -67,18 +67,20 @@ impl SqliteTxn<'_> {
             } else if let Handle::ReadOnWriter(w) = &self.handle {
                 w.write_pending(false)?;
             }
-            if w.inodes.borrow().pending_len() > 0 {
+            if w.rows.borrow().pending_len() > 0 {
                 return Err(MetaError::engine(
-                    "a statement would run before the pending inode rows are written",
+                    "a statement would run before the pending rows are written",
                 ));
             }
         }
-        self.row_reader()
+        self.reader()
     }
 
-    /// The connection, for the read of one inode row the cache does not hold (which no pending
-    /// row can affect); every other statement goes through [`SqliteTxn::c`].
-    pub(super) fn row_reader(&self) -> Result<&Connection> {
+    /// The connection, for a read that no pending row can affect: of one row by its key that
+    /// the cache does not hold (an inode row, a directory entry, a counter), or of tables the
+    /// cache never holds rows of (extended attributes, records, properties). Every other
+    /// statement goes through [`SqliteTxn::c`].
+    pub(super) fn reader(&self) -> Result<&Connection> {
         match &self.handle {
             Handle::Write(w) | Handle::ReadOnWriter(w) => Ok(&w.conn),
             Handle::Read(_, Some(c)) => Ok(c),
@@ -89,7 +91,9 @@ impl SqliteTxn<'_> {
 
     /// Converts a SQLite failure of this transaction (see [`eng_on`]).
     pub(super) fn err(&self) -> impl Fn(rusqlite::Error) -> MetaError + '_ {
-        let conn = self.c().ok();
+        // The connection only explains the failure: taking it must not ready it for statements
+        // (`c` would write the pending rows before a read that needs none).
+        let conn = self.reader().ok();
         move |e| match conn {
             Some(c) => eng_on(c)(e),
             None => super::eng(e),
@@ -107,36 +111,42 @@ impl SqliteTxn<'_> {
         }
     }
 
-    /// The write connection's inode rows, when this transaction runs on the write connection.
-    pub(super) fn inodes(&mut self) -> Option<&mut InodeCache> {
+    /// The write connection's rows, when this transaction runs on the write connection.
+    pub(super) fn rows(&mut self) -> Option<&mut RowCache> {
         match &mut self.handle {
-            Handle::Write(w) | Handle::ReadOnWriter(w) => Some(w.inodes.get_mut()),
+            Handle::Write(w) | Handle::ReadOnWriter(w) => Some(w.rows.get_mut()),
             Handle::Read(..) | Handle::Replay(_) => None,
         }
     }
 
-    /// Holds `row` pending instead of writing it, when this is a grouped transaction that has
-    /// run no other statement yet and the cache has room for it; says whether it did.
-    pub(super) fn hold_inode(&mut self, row: &InodeRow) -> bool {
+    /// The write connection's counters, for counter `name`: every counter but the group's own,
+    /// which the group commit writes past the cache.
+    pub(super) fn counters(&mut self, name: &str) -> Option<&mut Held<String, u64>> {
+        if name == COUNTER_INTENT_GROUP {
+            return None;
+        }
+        self.rows().map(|c| &mut c.counters)
+    }
+
+    /// The write connection's rows, to hold a row pending instead of writing it: when this is a
+    /// grouped transaction that has run no other statement yet and the cache has room for one
+    /// more pending row.
+    pub(super) fn holding(&mut self) -> Option<&mut RowCache> {
         let Handle::Write(w) = &mut self.handle else {
-            return false;
+            return None;
         };
         if self.redo.is_none() || w.savepoint.get() {
-            return false;
+            return None;
         }
-        let cache = w.inodes.get_mut();
-        if cache.pending_len() >= PENDING_LIMIT {
-            return false;
-        }
-        cache.hold(row);
-        true
+        let cache = w.rows.get_mut();
+        (cache.pending_len() < PENDING_LIMIT).then_some(cache)
     }
 
     /// Passes on the outcome of a statement on inode rows; a failure forgets the cached rows
     /// SQLite has, since SQLite may have rolled back more than the statement.
     pub(super) fn settle<T>(&mut self, outcome: Result<T>) -> Result<T> {
         if outcome.is_err() {
-            if let Some(cache) = self.inodes() {
+            if let Some(cache) = self.rows() {
                 cache.forget_written();
             }
         }
