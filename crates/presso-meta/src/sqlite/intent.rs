@@ -55,6 +55,12 @@ pub(super) fn path_for(db: &Path) -> PathBuf {
 pub(super) struct Redo(Vec<u8>);
 
 impl Redo {
+    /// An empty body with room for a CREATE's changes (two inode rows, an entry and a counter,
+    /// about 250 bytes), so that noting them does not grow the buffer again and again.
+    pub(super) fn new() -> Self {
+        Redo(Vec::with_capacity(384))
+    }
+
     fn u8(&mut self, v: u8) {
         self.0.push(v);
     }

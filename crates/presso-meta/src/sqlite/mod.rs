@@ -432,7 +432,7 @@ impl SqliteEngine {
                 handle: Handle::Write(w),
                 open: true,
                 durable: false,
-                redo: Some(Default::default()),
+                redo: Some(intent::Redo::new()),
             });
         }
         control(&w.conn, "BEGIN IMMEDIATE").map_err(eng_on(&w.conn))?;
