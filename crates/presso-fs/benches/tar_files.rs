@@ -13,8 +13,10 @@
 //! run on the pool's own threads meanwhile, as they do under a mount; on a two-CPU machine they
 //! share the CPUs with the loop that makes the requests.
 //!
-//! Two groups: `tar_x_per_file` (wall-clock time per file) and `tar_x_cpu_per_file` (CPU time
-//! of the thread making the requests, per file).
+//! Three groups: `tar_x_per_file` (wall-clock time per file) and `tar_x_cpu_per_file` (CPU time
+//! of the thread making the requests, per file), and `rm_cpu_per_file`: the files made, then
+//! removed as `rm -rf` does (an UNLINK per file, an RMDIR per directory), the removal's CPU time
+//! per file.
 //!
 //! Run: `cargo bench -p presso-fs --bench tar_files -- --warm-up-time 2 --measurement-time 10`
 //! (`PRESSO_BENCH_DIR` picks the pool's directory, default the temporary directory).
@@ -141,6 +143,33 @@ impl Mounted {
     }
 }
 
+impl Mounted {
+    /// Removes every file and directory `extract_one` made, as `rm -rf` does through a mount
+    /// (the kernel has the names from its listing: an UNLINK per file, an RMDIR per directory);
+    /// returns how many files it removed.
+    fn remove_all(&mut self) -> u64 {
+        let mut removed = 0;
+        for d in 0..self.dirs {
+            let name = format!("d{d}");
+            let dir = self
+                .vfs
+                .lookup(ROOT_INO, name.as_bytes())
+                .expect("lookup")
+                .ino;
+            let first = d * FILES_PER_DIR;
+            for f in first..(first + FILES_PER_DIR).min(self.files) {
+                let file = format!("file{f}.c");
+                self.vfs.unlink(dir, file.as_bytes()).expect("unlink");
+                removed += 1;
+            }
+            self.vfs.rmdir(ROOT_INO, name.as_bytes()).expect("rmdir");
+        }
+        self.dirs = 0;
+        self.files = 0;
+        removed
+    }
+}
+
 impl Drop for Mounted {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
@@ -184,6 +213,22 @@ fn bench(c: &mut Criterion) {
         }
         group.finish();
     }
+    let mut group = c.benchmark_group("rm_cpu_per_file");
+    let mut mounted = Mounted::new("off");
+    group.bench_function("off", |b| {
+        b.iter_custom(|files| {
+            for _ in 0..files {
+                mounted.extract_one();
+            }
+            let started = Clock::ThreadCpu.now();
+            let removed = mounted.remove_all();
+            let spent = Clock::ThreadCpu.now() - started;
+            assert_eq!(removed, files);
+            spent
+        })
+    });
+    mounted.vfs.shutdown().expect("shut down");
+    group.finish();
 }
 
 /// What a benchmark measures its time with.

@@ -131,6 +131,7 @@ const FILE_CAPABILITY: &[u8] = b"security.capability";
 pub struct Vfs {
     pool: Arc<Pool>,
     files: Mutex<HashMap<u64, Arc<FileNode>>>,
+    /// The file each open handle is of.
     handles: Mutex<HashMap<u64, u64>>,
     /// Files this client has asked the metadata to lock a range of (shared pools only): a close
     /// asks it to drop locks only of these, instead of a write transaction per close.
@@ -349,9 +350,10 @@ impl Vfs {
     }
 
     fn opened(&self, node: &FileNode) -> u64 {
-        node.state.lock().open += 1;
+        // The handle first: a file counted open always has one (`open_set`).
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.handles.lock().insert(fh, node.ino);
+        node.state.lock().open += 1;
         fh
     }
 
