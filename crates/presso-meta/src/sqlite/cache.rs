@@ -6,14 +6,15 @@
 //! connection wrote or read last: inode rows by number, directory entries by parent and name
 //! (an entry known to be absent too), and counters by name.
 //!
-//! Inside a group ([`super::group`]) a transaction's writes of these rows are held here,
-//! *pending*, rather than written to SQLite at once: a transaction is committed by its
-//! intent-log record, which carries the rows, so SQLite needs them only before a statement that
-//! could read them. Pending rows are written to SQLite before the first other statement of a
-//! transaction (which also takes its savepoint then), before the first statement of a read in
-//! the group, and before the group commits. A `tar x` CREATE then runs no statement but the
-//! reads of a name and a number that are not held, its SETATTRs none at all, and the rows a
-//! file's requests rewrite reach SQLite once, with the group.
+//! Inside a group ([`super::group`]) a transaction's writes of these rows, deletions included,
+//! are held here, *pending*, rather than written to SQLite at once: a transaction is committed
+//! by its intent-log record, which carries the changes, so SQLite needs them only before a
+//! statement that could read them. Pending rows are written to SQLite before any other
+//! statement of a transaction (the first of which also takes its savepoint), before the first
+//! statement of a read in the group, and before the group commits. A `tar x` CREATE then runs
+//! no statement but the reads of a name and a number that are not held, its SETATTRs none at
+//! all, an UNLINK only those on its records, attributes and properties, and the rows a file's
+//! requests rewrite reach SQLite once, with the group.
 //!
 //! Invariants:
 //! - Every row held is what the write connection would read now, its open group's changes
@@ -22,10 +23,10 @@
 //!   transaction's primitives (`Txn::put_inode`, `Txn::put_dentry`, `Txn::set_counter` and
 //!   their deletes), which keep the cache; the group's own counter is the one exception and is
 //!   never held ([`super::group::COUNTER_INTENT_GROUP`]).
-//! - While rows are pending, no statement runs but reads that no pending row can affect: of
-//!   one row by its key that is not held, or of the tables whose rows are never held
-//!   (extended attributes, records, properties). The transaction handle enforces this
-//!   (`SqliteTxn::c` and `SqliteTxn::reader`).
+//! - While rows are pending, no statement runs but those that no pending row can affect: the
+//!   read of one row by its key that is not held, and reads and writes of the tables whose rows
+//!   are never held (extended attributes, records, properties). The transaction handle
+//!   enforces this (`SqliteTxn::c`, `SqliteTxn::reader`, `SqliteTxn::unheld_writer`).
 //! - Rows are pending only inside an open group, and only for transactions whose record is in
 //!   the intent log or for the one running; so a crash loses nothing SQLite alone would keep.
 //! - Undoing a transaction puts back what its changes replaced (the `undo` lists) and forgets
@@ -126,13 +127,6 @@ impl<K: Hash + Eq + Ord + Clone, V: Clone> Held<K, V> {
         }
     }
 
-    /// Forgets the row of `key`; SQLite has no pending row of it to keep (every pending row is
-    /// written before a statement that deletes one).
-    pub(super) fn remove(&mut self, key: &K) {
-        self.rows.remove(key);
-        self.pending.remove(key);
-    }
-
     /// A transaction begins or ends committed: what it changed stays.
     fn settle_transaction(&mut self) {
         self.undo.clear();
@@ -185,8 +179,8 @@ impl<K: Hash + Eq + Ord + Clone, V: Clone> Held<K, V> {
 /// The rows the write connection holds, by kind.
 #[derive(Default)]
 pub(super) struct RowCache {
-    /// Inode rows by number.
-    pub(super) inodes: Held<u64, InodeRow>,
+    /// Inode rows by number; `None` when the inode is known not to exist.
+    pub(super) inodes: Held<u64, Option<InodeRow>>,
     /// Directory entries by parent and name; `None` when the entry is known to be absent.
     pub(super) names: Held<NameKey, Option<Dentry>>,
     /// Counters by name.

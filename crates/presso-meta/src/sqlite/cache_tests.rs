@@ -224,6 +224,7 @@ fn an_undone_transaction_leaves_earlier_rows_pending() {
     other.attr.mode = 0o600;
     tx.put_inode(&other).unwrap();
     tx.delete_dentry(ROOT_INO, b"f").unwrap();
+    assert_eq!(tx.count_dentries(ROOT_INO).unwrap(), 0);
     drop(tx);
     e.checkpoint().unwrap();
     assert_eq!(stored_root(&e), 0o700);
@@ -321,9 +322,10 @@ fn an_undone_transaction_takes_back_its_names_and_counters() {
     };
     tx.put_dentry(ROOT_INO, b"b", entry).unwrap();
     tx.set_counter("c", 2).unwrap();
-    // A statement: writes every pending row under the transaction's savepoint, then deletes.
     assert!(tx.delete_dentry(ROOT_INO, b"a").unwrap());
     assert_eq!(tx.get_dentry(ROOT_INO, b"a").unwrap(), None);
+    // A statement: writes every pending row under the transaction's savepoint first.
+    assert_eq!(tx.count_dentries(ROOT_INO).unwrap(), 1);
     drop(tx);
     // The earlier transaction's rows are back (pending again), the undone one's gone.
     let mut tx = e.read().unwrap();
@@ -349,4 +351,44 @@ fn reads_of_tables_never_held_leave_the_rows_pending() {
     assert!(tx.list_records(2, 0..8).unwrap().is_empty());
     drop(tx);
     assert_eq!(stored_name_and_counter(&e, b"n", "c"), (false, None));
+}
+
+#[test]
+fn an_unlink_waits_in_the_cache_and_survives_a_kill() {
+    let (db, e) = engine("cache-unlink");
+    make_file(&e, 2, b"f");
+    e.checkpoint().unwrap();
+    let mut tx = e.write().unwrap();
+    assert!(tx.delete_dentry(ROOT_INO, b"f").unwrap());
+    assert!(tx.delete_inode(2).unwrap());
+    assert!(!tx.delete_dentry(ROOT_INO, b"f").unwrap());
+    assert!(!tx.delete_inode(2).unwrap());
+    put_root_mode(tx.as_mut(), 0o700);
+    tx.commit().unwrap();
+    // Committed by the intent-log record alone: SQLite still has both rows.
+    assert_eq!(stored_name_and_counter(&e, b"f", "c"), (true, None));
+    let mut tx = e.read().unwrap();
+    assert_eq!(tx.get_dentry(ROOT_INO, b"f").unwrap(), None);
+    assert_eq!(tx.get_inode(2).unwrap(), None);
+    drop(tx);
+    e.abandon();
+    let e = SqliteEngine::open(&db.0, SqliteOptions::default()).unwrap();
+    assert_eq!(stored_name_and_counter(&e, b"f", "c"), (false, None));
+    let mut tx = e.read().unwrap();
+    assert_eq!(tx.get_inode(2).unwrap(), None);
+    assert_eq!(tx.get_inode(ROOT_INO).unwrap().unwrap().attr.mode, 0o700);
+}
+
+#[test]
+fn an_undone_unlink_puts_the_name_and_the_inode_back() {
+    let (_db, e) = engine("cache-unlink-undo");
+    make_file(&e, 2, b"f");
+    let mut tx = e.write().unwrap();
+    assert!(tx.delete_dentry(ROOT_INO, b"f").unwrap());
+    assert!(tx.delete_inode(2).unwrap());
+    drop(tx);
+    let mut tx = e.read().unwrap();
+    assert_eq!(tx.get_dentry(ROOT_INO, b"f").unwrap().unwrap().ino, 2);
+    assert_eq!(tx.get_inode(2).unwrap().unwrap().attr.ino, 2);
+    assert_eq!(listed_mode(tx.as_mut()), 0o644);
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 
 use super::intent::{self, IntentLog, Position, Redo};
-use super::rows::{write_counter, write_dentry, write_inode};
+use super::rows::{delete_inode_row, write_counter, write_dentry, write_inode};
 use super::txn::{Handle, SqliteTxn};
 use super::{control, eng_on, Synchronous, Writer};
 use crate::engine::Txn;
@@ -111,9 +111,15 @@ impl Writer {
     /// the pending rows under it, so that undoing the transaction makes them pending
     /// again. Called through a shared borrow, from the statement's first use of the connection.
     pub(super) fn begin_statements(&self) -> Result<()> {
+        self.take_savepoint()?;
+        self.write_pending(true)
+    }
+
+    /// Takes the running grouped transaction's savepoint, the pending rows left pending.
+    pub(super) fn take_savepoint(&self) -> Result<()> {
         control(&self.conn, SAVEPOINT).map_err(eng_on(&self.conn))?;
         self.savepoint.set(true);
-        self.write_pending(true)
+        Ok(())
     }
 
     /// Writes the pending rows to SQLite; `undoable` when under the running transaction's
@@ -125,7 +131,11 @@ impl Writer {
         }
         let failed = eng_on(&self.conn);
         for (ino, row) in cache.inodes.pending_rows() {
-            write_inode(&self.conn, &row).map_err(&failed)?;
+            match &row {
+                Some(row) => write_inode(&self.conn, row),
+                None => delete_inode_row(&self.conn, ino).map(|_| ()),
+            }
+            .map_err(&failed)?;
             cache.inodes.written(&ino, undoable);
         }
         for ((parent, name), entry) in cache.names.pending_rows() {

@@ -163,11 +163,12 @@ impl MetaEngine for Shared {
     }
 }
 
-/// Every row of every table as text, as the write connection sees it (the open group
-/// included), without the engine's own bookkeeping counters.
+/// Every row of every table as text, as the write connection sees it (the open group and the
+/// rows pending in its cache included), without the engine's own bookkeeping counters.
 fn dump(e: &SqliteEngine) -> Vec<String> {
     use rusqlite::types::ValueRef;
     let w = e.writer.lock().unwrap();
+    w.write_pending(false).unwrap();
     let mut out = Vec::new();
     for table in [
         "inodes", "dentries", "xattrs", "records", "props", "counters",

@@ -6,8 +6,9 @@ use std::ops::Range;
 use rusqlite::{params, OptionalExtension};
 
 use super::rows::{
-    idx, records_in_segment_sql, row_to_inode, row_to_location, row_to_record, write_counter,
-    write_dentry, write_inode, CODEC_USAGE_SQL, LIST_ORPHANS_SQL, RECORD_COLS, SEGMENT_USAGE_SQL,
+    delete_inode_row, idx, records_in_segment_sql, row_to_inode, row_to_location, row_to_record,
+    write_counter, write_dentry, write_inode, CODEC_USAGE_SQL, LIST_ORPHANS_SQL, RECORD_COLS,
+    SEGMENT_USAGE_SQL,
 };
 use super::txn::{Handle, SqliteTxn};
 use super::{control, COUNTER_DURABLE_COMMITS};
@@ -19,8 +20,8 @@ use crate::error::{MetaError, Result};
 
 impl Txn for SqliteTxn<'_> {
     fn get_inode(&mut self, ino: u64) -> Result<Option<InodeRow>> {
-        if let Some(row) = self.rows().and_then(|c| c.inodes.get(&ino)) {
-            return Ok(Some(row));
+        if let Some(held) = self.rows().and_then(|c| c.inodes.get(&ino)) {
+            return Ok(held);
         }
         // A row not held is not pending, so SQLite's is current: this read needs neither the
         // pending rows written nor the transaction's savepoint.
@@ -38,44 +39,47 @@ impl Txn for SqliteTxn<'_> {
                     .map_err(self.err())
             });
         let row = match self.settle(got)? {
-            None => return Ok(None),
+            None => None,
             Some((mut row, kind)) => {
                 row.attr.kind = FileKind::from_code(kind)?;
-                row
+                Some(row)
             }
         };
         if let Some(cache) = self.rows() {
             cache.inodes.put(ino, row.clone());
         }
-        Ok(Some(row))
+        Ok(row)
     }
 
     fn put_inode(&mut self, row: &InodeRow) -> Result<()> {
         self.log(|r| r.put_inode(row));
         if let Some(cache) = self.holding() {
-            cache.inodes.hold(row.attr.ino, row.clone());
+            cache.inodes.hold(row.attr.ino, Some(row.clone()));
             return Ok(());
         }
         let done = write_inode(self.w()?, row).map_err(self.err());
         self.settle(done)?;
         if let Some(cache) = self.rows() {
-            cache.inodes.put(row.attr.ino, row.clone());
+            cache.inodes.put(row.attr.ino, Some(row.clone()));
         }
         Ok(())
     }
 
     fn delete_inode(&mut self, ino: u64) -> Result<bool> {
         self.log(|r| r.delete_inode(ino));
-        let done = self
-            .w()?
-            .prepare_cached("DELETE FROM inodes WHERE ino = ?1")
-            .map_err(self.err())
-            .and_then(|mut st| st.execute(params![ino as i64]).map_err(self.err()));
-        // After the statement: taking the connection wrote the pending rows, this one's too.
-        if let Some(cache) = self.rows() {
-            cache.inodes.remove(&ino);
+        if self.holding().is_some() {
+            let existed = self.get_inode(ino)?.is_some();
+            if let Some(cache) = self.holding() {
+                cache.inodes.hold(ino, None);
+                return Ok(existed);
+            }
         }
-        Ok(self.settle(done)? > 0)
+        let done = delete_inode_row(self.w()?, ino).map_err(self.err());
+        let deleted = self.settle(done)?;
+        if let Some(cache) = self.rows() {
+            cache.inodes.put(ino, None);
+        }
+        Ok(deleted > 0)
     }
 
     fn get_dentry(&mut self, parent: u64, name: &[u8]) -> Result<Option<Dentry>> {
@@ -123,6 +127,13 @@ impl Txn for SqliteTxn<'_> {
 
     fn delete_dentry(&mut self, parent: u64, name: &[u8]) -> Result<bool> {
         self.log(|r| r.delete_dentry(parent, name));
+        if self.holding().is_some() {
+            let existed = self.get_dentry(parent, name)?.is_some();
+            if let Some(cache) = self.holding() {
+                cache.names.hold((parent, name.to_vec()), None);
+                return Ok(existed);
+            }
+        }
         let done = write_dentry(self.w()?, parent, name, None).map_err(self.err());
         let n = self.settle(done)?;
         if let Some(cache) = self.rows() {
@@ -242,7 +253,7 @@ impl Txn for SqliteTxn<'_> {
 
     fn set_xattr(&mut self, ino: u64, name: &[u8], value: &[u8]) -> Result<()> {
         self.log(|r| r.set_xattr(ino, name, value));
-        self.w()?
+        self.unheld_writer()?
             .prepare_cached("INSERT OR REPLACE INTO xattrs (ino, name, value) VALUES (?1, ?2, ?3)")
             .map_err(self.err())?
             .execute(params![ino as i64, name, value])
@@ -253,7 +264,7 @@ impl Txn for SqliteTxn<'_> {
     fn delete_xattr(&mut self, ino: u64, name: &[u8]) -> Result<bool> {
         self.log(|r| r.delete_xattr(ino, name));
         let n = self
-            .w()?
+            .unheld_writer()?
             .prepare_cached("DELETE FROM xattrs WHERE ino = ?1 AND name = ?2")
             .map_err(self.err())?
             .execute(params![ino as i64, name])
@@ -294,7 +305,7 @@ impl Txn for SqliteTxn<'_> {
 
     fn put_record(&mut self, ino: u64, index: u64, rec: &RecordRef) -> Result<()> {
         self.log(|r| r.put_record(ino, index, rec));
-        self.w()?
+        self.unheld_writer()?
             .prepare_cached(&format!(
                 "INSERT OR REPLACE INTO records (ino, {RECORD_COLS})
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
@@ -318,7 +329,7 @@ impl Txn for SqliteTxn<'_> {
     fn delete_record(&mut self, ino: u64, index: u64) -> Result<bool> {
         self.log(|r| r.delete_record(ino, index));
         let n = self
-            .w()?
+            .unheld_writer()?
             .prepare_cached("DELETE FROM records WHERE ino = ?1 AND idx = ?2")
             .map_err(self.err())?
             .execute(params![ino as i64, idx(index)])
@@ -345,9 +356,9 @@ impl Txn for SqliteTxn<'_> {
 
     fn delete_records_from(&mut self, ino: u64, from: u64) -> Result<Vec<(u64, RecordRef)>> {
         self.log(|r| r.delete_records_from(ino, from));
-        self.w()?;
+        self.unheld_writer()?;
         let out = self.list_records(ino, from..u64::MAX)?;
-        self.w()?
+        self.unheld_writer()?
             .prepare_cached("DELETE FROM records WHERE ino = ?1 AND idx >= ?2")
             .map_err(self.err())?
             .execute(params![ino as i64, idx(from)])
@@ -460,7 +471,7 @@ impl Txn for SqliteTxn<'_> {
 
     fn set_prop(&mut self, ino: u64, name: &str, value: &str) -> Result<()> {
         self.log(|r| r.set_prop(ino, name, value));
-        self.w()?
+        self.unheld_writer()?
             .prepare_cached("INSERT OR REPLACE INTO props (ino, name, value) VALUES (?1, ?2, ?3)")
             .map_err(self.err())?
             .execute(params![ino as i64, name, value])
@@ -471,7 +482,7 @@ impl Txn for SqliteTxn<'_> {
     fn delete_prop(&mut self, ino: u64, name: &str) -> Result<bool> {
         self.log(|r| r.delete_prop(ino, name));
         let n = self
-            .w()?
+            .unheld_writer()?
             .prepare_cached("DELETE FROM props WHERE ino = ?1 AND name = ?2")
             .map_err(self.err())?
             .execute(params![ino as i64, name])

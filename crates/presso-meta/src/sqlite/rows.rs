@@ -45,6 +45,13 @@ pub(super) fn write_inode(conn: &rusqlite::Connection, row: &InodeRow) -> rusqli
     .map(|_| ())
 }
 
+/// Deletes the row of inode `ino`: the statement that deletes inode rows. Returns how many rows
+/// it deleted.
+pub(super) fn delete_inode_row(conn: &rusqlite::Connection, ino: u64) -> rusqlite::Result<usize> {
+    conn.prepare_cached("DELETE FROM inodes WHERE ino = ?1")?
+        .execute(rusqlite::params![ino as i64])
+}
+
 /// Writes directory entry `parent`/`name` as `entry`, or deletes it when `None`: the statements
 /// that write entries. Returns how many rows changed.
 pub(super) fn write_dentry(

@@ -64,8 +64,9 @@ impl SqliteTxn<'_> {
         if let Handle::Write(w) | Handle::ReadOnWriter(w) = &self.handle {
             if self.redo.is_some() && !w.savepoint.get() {
                 w.begin_statements()?;
-            } else if let Handle::ReadOnWriter(w) = &self.handle {
-                w.write_pending(false)?;
+            } else {
+                // Under the savepoint when this transaction took one: rows held since then.
+                w.write_pending(self.redo.is_some())?;
             }
             if w.rows.borrow().pending_len() > 0 {
                 return Err(MetaError::engine(
@@ -86,6 +87,24 @@ impl SqliteTxn<'_> {
             Handle::Read(_, Some(c)) => Ok(c),
             Handle::Replay(c) => Ok(c),
             Handle::Read(_, None) => Err(MetaError::engine("read connection already returned")),
+        }
+    }
+
+    /// The connection, for a write of a table whose rows the cache never holds (extended
+    /// attributes, records, properties), which no pending row can affect: a grouped
+    /// transaction's first such write takes its savepoint, leaving the pending rows pending.
+    pub(super) fn unheld_writer(&self) -> Result<&Connection> {
+        match &self.handle {
+            Handle::Write(w) => {
+                if self.redo.is_some() && !w.savepoint.get() {
+                    w.take_savepoint()?;
+                }
+                Ok(&w.conn)
+            }
+            Handle::Replay(c) => Ok(c),
+            Handle::Read(..) | Handle::ReadOnWriter(_) => Err(MetaError::engine(
+                "write attempted in a read-only transaction",
+            )),
         }
     }
 
@@ -129,20 +148,16 @@ impl SqliteTxn<'_> {
     }
 
     /// The write connection's rows, to hold a row pending instead of writing it: when this is a
-    /// grouped transaction that has run no other statement yet and the cache has room for one
-    /// more pending row.
+    /// grouped transaction and the cache has room for one more pending row.
     pub(super) fn holding(&mut self) -> Option<&mut RowCache> {
-        let Handle::Write(w) = &mut self.handle else {
+        let (Handle::Write(w), Some(_)) = (&mut self.handle, &self.redo) else {
             return None;
         };
-        if self.redo.is_none() || w.savepoint.get() {
-            return None;
-        }
         let cache = w.rows.get_mut();
         (cache.pending_len() < PENDING_LIMIT).then_some(cache)
     }
 
-    /// Passes on the outcome of a statement on inode rows; a failure forgets the cached rows
+    /// Passes on the outcome of a statement on cached rows; a failure forgets the cached rows
     /// SQLite has, since SQLite may have rolled back more than the statement.
     pub(super) fn settle<T>(&mut self, outcome: Result<T>) -> Result<T> {
         if outcome.is_err() {
