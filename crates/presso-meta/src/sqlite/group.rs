@@ -1,10 +1,10 @@
 //! Group commit on the write connection: ordinary write transactions run inside one open SQLite
-//! transaction, each under a savepoint taken at its first statement (its inode row writes wait
-//! in the cache until a statement could read them, [`super::cache`]), and each is committed by
-//! appending its row changes to the intent log ([`super::intent`]). SQLite commits the group
-//! when it is [`GROUP_AGE`] old or holds [`GROUP_OPS`] transactions, and before anything that
-//! needs SQLite's own state complete: a durable transaction, a scan on a read connection, a
-//! checkpoint, a copy, close.
+//! transaction, each under a savepoint taken at its first statement (its writes of inode rows,
+//! names and counters wait in the cache until a statement could read them, [`super::cache`]),
+//! and each is committed by appending its row changes to the intent log ([`super::intent`]).
+//! SQLite commits the group when it is [`GROUP_AGE`] old or holds [`GROUP_OPS`] transactions, and
+//! before anything that needs SQLite's own state complete: a durable transaction, a scan on a
+//! read connection, a checkpoint, a copy, close.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, MutexGuard};
@@ -82,9 +82,9 @@ impl Writer {
     }
 
     /// Begins a grouped transaction: opens a group if none is. Its savepoint is taken at its
-    /// first statement ([`Writer::begin_statements`]): one that only changes inode rows runs
-    /// none. The caller has rolled back a transaction a failed rollback left open, and set the
-    /// `synchronous` level.
+    /// first statement ([`Writer::begin_statements`]): one that only changes rows the cache
+    /// holds runs none. The caller has rolled back a transaction a failed rollback left open,
+    /// and set the `synchronous` level.
     pub(super) fn begin_grouped(&mut self) -> Result<()> {
         if self.in_group() && self.conn.is_autocommit() {
             // SQLite ended the group on its own (a statement failed badly): rebuild it.
@@ -334,7 +334,7 @@ impl<'a> SqliteTxn<'a> {
     }
 
     /// A read inside the open group on the write connection `w`: the transaction is the group's,
-    /// so this handle neither commits nor rolls it back. The pending inode rows are written into
+    /// so this handle neither commits nor rolls it back. The pending rows are written into
     /// the group before its first statement ([`SqliteTxn::c`]).
     pub(super) fn reading_in_group(w: MutexGuard<'a, Writer>) -> Self {
         SqliteTxn {

@@ -17,7 +17,7 @@ pub(super) fn ts(r: &rusqlite::Row<'_>, secs: usize) -> rusqlite::Result<Timespe
     })
 }
 
-/// Writes `row` as its inode's row: the one statement that writes inode rows.
+/// Writes `row` as its inode's row: the statement that writes inode rows.
 pub(super) fn write_inode(conn: &rusqlite::Connection, row: &InodeRow) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "INSERT OR REPLACE INTO inodes (ino, kind, mode, uid, gid, size, nlink, atime_s,
