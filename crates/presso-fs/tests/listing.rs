@@ -167,3 +167,44 @@ fn a_name_whose_inode_is_lost_is_listed_without_attributes() {
         ]
     );
 }
+
+#[test]
+fn a_large_directory_lists_whole_in_small_and_changing_replies() {
+    let (vfs, _) = mounted();
+    // More entries than the metadata is asked for at a time, so that replies cross batches.
+    let expected: Vec<Vec<u8>> = (0..700).map(|i| format!("e{i:04}").into_bytes()).collect();
+    for name in &expected {
+        vfs.make_node(ROOT_INO, name, &NewNode::file(0o644, 0, 0))
+            .unwrap();
+    }
+    for per_reply in [1, 7, 25, 64, 65, 200, 1000] {
+        let names: Vec<_> = list_plus(&vfs, ROOT_INO, per_reply, |_| {})
+            .into_iter()
+            .skip(2)
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(names, expected, "READDIRPLUS, {per_reply} entries a reply");
+    }
+    // Plain listings, with a reply that holds fewer entries each time.
+    let fh = vfs.opendir();
+    let (mut names, mut offset, mut room) = (Vec::new(), 0, 90);
+    loop {
+        let mut taken = 0;
+        vfs.readdir_from(ROOT_INO, fh, offset, |_, cookie, _, name| {
+            if taken == room {
+                return true;
+            }
+            taken += 1;
+            offset = cookie;
+            names.push(name.to_vec());
+            false
+        })
+        .unwrap();
+        if taken == 0 {
+            break;
+        }
+        room = (room - 1).max(3);
+    }
+    vfs.releasedir(fh);
+    assert_eq!(&names[2..], &expected[..]);
+}
