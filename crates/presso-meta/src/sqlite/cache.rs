@@ -32,6 +32,7 @@
 //! - Undoing a transaction puts back what its changes replaced (the `undo` lists) and forgets
 //!   every row that is not pending, since SQLite's rows may have gone back.
 
+use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 
@@ -77,8 +78,12 @@ impl<K, V> Default for Held<K, V> {
 }
 
 impl<K: Hash + Eq + Ord + Clone, V: Clone> Held<K, V> {
-    /// The row of `key`, if held.
-    pub(super) fn get(&self, key: &K) -> Option<V> {
+    /// The row of `key`, if held (`key` in any form the key borrows as: a counter by `&str`).
+    pub(super) fn get<Q>(&self, key: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.rows.get(key).cloned()
     }
 

@@ -503,7 +503,7 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn get_counter(&mut self, name: &str) -> Result<u64> {
-        if let Some(value) = self.counters(name).and_then(|c| c.get(&name.to_owned())) {
+        if let Some(value) = self.counters(name).and_then(|c| c.get(name)) {
             return Ok(value);
         }
         // A counter not held is not pending, so SQLite's is current (see `get_inode`).
