@@ -141,9 +141,7 @@ impl Mounted {
         vfs.flush(ino).expect("flush");
         vfs.release(ino, fh).expect("release");
     }
-}
 
-impl Mounted {
     /// Removes every file and directory `extract_one` made, as `rm -rf` does through a mount
     /// (the kernel has the names from its listing: an UNLINK per file, an RMDIR per directory);
     /// returns how many files it removed.
