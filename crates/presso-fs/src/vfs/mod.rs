@@ -49,6 +49,8 @@ mod file;
 mod listing;
 mod locks;
 mod namespace;
+#[cfg(test)]
+mod orphan_tests;
 mod read;
 mod settings;
 mod sweep;
@@ -386,10 +388,7 @@ impl Vfs {
             st.open == 0 && st.orphaned
         };
         if forget {
-            // Its dirty records die with it: dropping the node gives their memory back.
-            self.drop_node(ino);
-            self.pool.forget(ino)?;
-            return Ok(());
+            return self.forget_orphan(ino);
         }
         self.submit_dirty(&node);
         Ok(())

@@ -149,12 +149,36 @@ impl Vfs {
         match gone.fate {
             LinkFate::Linked => {}
             LinkFate::Orphaned => {
-                if let Some(node) = self.files.lock().get(&gone.ino) {
-                    node.state.lock().orphaned = true;
+                let Some(node) = self.files.lock().get(&gone.ino).cloned() else {
+                    return;
+                };
+                // The file was open when the name change looked; its last close may have come
+                // since and found it not yet an orphan. Then no close is left to remove it, and
+                // this does. The open count and the mark change under one lock, so exactly one
+                // of the two sees both.
+                let closed = {
+                    let mut st = node.state.lock();
+                    st.orphaned = true;
+                    st.open == 0
+                };
+                // The name is gone either way, so a failure here does not fail the name change:
+                // the orphan stays, and the next mount removes it.
+                if closed {
+                    if let Err(e) = self.forget_orphan(gone.ino) {
+                        crate::log!("presso: cannot remove orphan {}: {e}", gone.ino);
+                    }
                 }
             }
             LinkFate::Removed => self.drop_node(gone.ino),
         }
+    }
+
+    /// Removes an orphan whose last handle is closed: its dirty records die with it (dropping
+    /// the node gives their memory back), then the pool frees its records.
+    pub(super) fn forget_orphan(&self, ino: u64) -> Result<()> {
+        self.drop_node(ino);
+        self.pool.forget(ino)?;
+        Ok(())
     }
 
     pub(super) fn drop_node(&self, ino: u64) {

@@ -1,0 +1,130 @@
+//! An UNLINK racing the last close of the file it unlinks. The UNLINK reads which files are
+//! open, then removes the name; a close that finishes between the two finds the file not yet
+//! an orphan, and the UNLINK then makes it one with no handle left to close. The tests run the
+//! two in that order by hand.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use presso_meta::memory::MemoryEngine;
+use presso_meta::{MetaStore, NewNode, ROOT_INO};
+use presso_store::SimDir;
+
+use super::{Vfs, VfsConfig};
+use crate::pool::{Pool, PoolOptions};
+
+/// The test file's length: several records.
+const LEN: usize = 300_000;
+
+fn options() -> PoolOptions {
+    PoolOptions {
+        txg_interval: Duration::from_millis(50),
+        workers: 1,
+        ..PoolOptions::default()
+    }
+}
+
+fn open_pool(dir: &SimDir, meta: &MemoryEngine) -> (Arc<Pool>, usize) {
+    let (pool, report) = Pool::open_with(
+        Arc::new(dir.clone()),
+        MetaStore::new(Box::new(meta.handle())),
+        options(),
+    )
+    .expect("open the pool");
+    (pool, report.orphan_records_purged)
+}
+
+/// Bytes that do not compress, so that records are stored in segments, not inline.
+fn noise(len: usize) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A pool with file `f` holding committed records, open through the returned handle.
+fn pool_with_open_file() -> (SimDir, MemoryEngine, Arc<Vfs>, u64, u64) {
+    let (dir, meta) = (SimDir::new(), MemoryEngine::new());
+    Pool::create_with(
+        Arc::new(dir.clone()),
+        &MetaStore::new(Box::new(meta.handle())),
+        &[],
+    )
+    .expect("create the pool");
+    let (pool, _) = open_pool(&dir, &meta);
+    let config = VfsConfig {
+        reclaim: None,
+        ..VfsConfig::default()
+    };
+    let vfs = Vfs::new(pool, config);
+    let attr = vfs
+        .make_node(ROOT_INO, b"f", &NewNode::file(0o644, 0, 0))
+        .expect("create f");
+    let fh = vfs.open_created(ROOT_INO, &attr).expect("open f");
+    vfs.write(attr.ino, 0, &noise(LEN)).expect("write f");
+    vfs.fsync(attr.ino).expect("fsync f");
+    (dir, meta, vfs, attr.ino, fh)
+}
+
+/// Unmounts and mounts again: how many records of orphans the mount had to remove.
+fn orphan_records_at_next_mount(dir: &SimDir, meta: &MemoryEngine, vfs: Arc<Vfs>) -> usize {
+    vfs.shutdown().expect("clean unmount");
+    drop(vfs);
+    open_pool(dir, meta).1
+}
+
+#[test]
+fn a_close_between_an_unlinks_look_and_its_removal_still_frees_the_file() {
+    let (dir, meta, vfs, ino, fh) = pool_with_open_file();
+    let open = vfs.open_set();
+    vfs.release(ino, fh).expect("release");
+    let gone = vfs
+        .pool
+        .unlink(ROOT_INO, b"f", &|i| open.contains(&i))
+        .expect("unlink");
+    vfs.name_dropped(&gone);
+    assert!(
+        vfs.getattr(ino).is_err(),
+        "the unlinked, closed file is still there"
+    );
+    assert!(!vfs.files.lock().contains_key(&ino));
+    assert_eq!(orphan_records_at_next_mount(&dir, &meta, vfs), 0);
+}
+
+#[test]
+fn a_close_between_a_renames_look_and_its_replacing_still_frees_the_file() {
+    let (dir, meta, vfs, ino, fh) = pool_with_open_file();
+    vfs.make_node(ROOT_INO, b"g", &NewNode::file(0o644, 0, 0))
+        .expect("create g");
+    let open = vfs.open_set();
+    vfs.release(ino, fh).expect("release");
+    let replaced = vfs
+        .pool
+        .rename(ROOT_INO, b"g", ROOT_INO, b"f", &|i| open.contains(&i))
+        .expect("rename")
+        .expect("f was replaced");
+    vfs.name_dropped(&replaced);
+    assert!(
+        vfs.getattr(ino).is_err(),
+        "the replaced, closed file is still there"
+    );
+    assert_eq!(orphan_records_at_next_mount(&dir, &meta, vfs), 0);
+}
+
+#[test]
+fn a_file_unlinked_while_open_lives_until_its_last_close() {
+    let (dir, meta, vfs, ino, fh) = pool_with_open_file();
+    vfs.unlink(ROOT_INO, b"f").expect("unlink");
+    assert_eq!(vfs.read(ino, 0, 2 * LEN as u32).expect("read").len(), LEN);
+    vfs.release(ino, fh).expect("release");
+    assert!(
+        vfs.getattr(ino).is_err(),
+        "the closed orphan is still there"
+    );
+    assert_eq!(orphan_records_at_next_mount(&dir, &meta, vfs), 0);
+}
