@@ -29,8 +29,10 @@
 //!   enforces this (`SqliteTxn::c`, `SqliteTxn::reader`, `SqliteTxn::unheld_writer`).
 //! - Rows are pending only inside an open group, and only for transactions whose record is in
 //!   the intent log or for the one running; so a crash loses nothing SQLite alone would keep.
-//! - Undoing a transaction puts back what its changes replaced (the `undo` lists) and forgets
-//!   every row that is not pending, since SQLite's rows may have gone back.
+//! - Undoing a transaction puts back what its changes replaced (the `undo` lists) and, if it ran
+//!   a statement, forgets every row that is not pending, since SQLite's rows may have gone back.
+//!   A transaction runs statements that write only under its savepoint, so one that never took
+//!   it changed nothing in SQLite.
 
 use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};
@@ -137,9 +139,9 @@ impl<K: Hash + Eq + Ord + Clone, V: Clone> Held<K, V> {
         self.undo.clear();
     }
 
-    /// The running transaction is undone: puts back what its changes replaced, then forgets
-    /// every row that is not pending.
-    fn undo_transaction(&mut self) {
+    /// The running transaction is undone: puts back what its changes replaced, then, if SQLite
+    /// undid statements of it too (`statements_undone`), forgets every row that is not pending.
+    fn undo_transaction(&mut self, statements_undone: bool) {
         while let Some(u) = self.undo.pop() {
             match u.row {
                 Some(row) => self.rows.insert(u.key.clone(), row),
@@ -151,7 +153,9 @@ impl<K: Hash + Eq + Ord + Clone, V: Clone> Held<K, V> {
                 self.pending.remove(&u.key);
             }
         }
-        self.forget_written();
+        if statements_undone {
+            self.forget_written();
+        }
     }
 
     /// Forgets every row SQLite has; pending rows stay, SQLite never had them.
@@ -205,12 +209,15 @@ impl RowCache {
         self.counters.settle_transaction();
     }
 
-    /// The running transaction is undone: puts back what its changes replaced, then forgets
-    /// every row that is not pending.
-    pub(super) fn undo_transaction(&mut self) {
-        self.inodes.undo_transaction();
-        self.names.undo_transaction();
-        self.counters.undo_transaction();
+    /// The running transaction is undone: puts back what its changes replaced, then, if SQLite
+    /// undid statements of it too (`statements_undone`: it had taken its savepoint), forgets
+    /// every row that is not pending. Without a statement SQLite's rows are as they were, and
+    /// keeping them keeps an undone transaction's cost its own: a SETATTR failing on a file just
+    /// unlinked is one in every `rm`.
+    pub(super) fn undo_transaction(&mut self, statements_undone: bool) {
+        self.inodes.undo_transaction(statements_undone);
+        self.names.undo_transaction(statements_undone);
+        self.counters.undo_transaction(statements_undone);
     }
 
     /// Forgets every row SQLite has (after a failed statement, which may have undone more than

@@ -392,3 +392,33 @@ fn an_undone_unlink_puts_the_name_and_the_inode_back() {
     assert_eq!(tx.get_inode(2).unwrap().unwrap().attr.ino, 2);
     assert_eq!(listed_mode(tx.as_mut()), 0o644);
 }
+
+#[test]
+fn a_transaction_undone_before_any_statement_keeps_the_rows_sqlite_has() {
+    // A SETATTR of a file just unlinked fails on its first read, from the cache. Undoing it
+    // must cost only its own changes: no statement ran, so SQLite's rows did not go back, and
+    // the cache keeps what it read. Forgetting them made each such failure scan the cache.
+    let (_db, e) = engine("cache-undo-early");
+    for ino in 2..40 {
+        make_file(&e, ino, format!("f{ino}").as_bytes());
+    }
+    e.checkpoint().unwrap(); // the group commits: SQLite has every row, none is pending
+    let held = || {
+        let w = e.writer.lock().unwrap();
+        let rows = w.rows.borrow();
+        (rows.inodes.len(), rows.names.len(), rows.pending_len())
+    };
+    let before = held();
+    assert!(
+        before.0 >= 39 && before.1 >= 38 && before.2 == 0,
+        "{before:?}"
+    );
+    let mut tx = e.write().unwrap();
+    put_root_mode(tx.as_mut(), 0o700);
+    assert!(tx.get_inode(1_000).unwrap().is_none());
+    drop(tx);
+    assert_eq!(root(&e).attr.mode, 0o755);
+    assert_eq!(stored_root(&e), 0o755);
+    let after = held();
+    assert_eq!((after.0, after.1, after.2), (before.0 + 1, before.1, 0));
+}

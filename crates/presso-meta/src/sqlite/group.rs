@@ -192,7 +192,8 @@ impl Writer {
 
     /// Undoes a grouped transaction that is not committed, keeping the rest of its group.
     pub(super) fn abort_grouped(&mut self) {
-        if self.savepoint.replace(false) {
+        let statements_undone = self.savepoint.replace(false);
+        if statements_undone {
             let undone =
                 control(&self.conn, ROLLBACK_TO).and_then(|()| control(&self.conn, RELEASE));
             if let Err(e) = undone {
@@ -200,7 +201,7 @@ impl Writer {
                 return;
             }
         }
-        self.rows.get_mut().undo_transaction();
+        self.rows.get_mut().undo_transaction(statements_undone);
         if self.in_group() && self.conn.is_autocommit() {
             self.restore_group("the open group was rolled back by SQLite");
         }
