@@ -128,9 +128,37 @@ fn operations(c: &mut Criterion, engine: &str, s: &MetaStore) {
     g.finish();
 }
 
+/// GETATTR of many files in turn, as a `stat` of every file of a large directory asks: more
+/// inodes than the SQLite write connection's row cache holds, so each is read from SQLite.
+fn getattr_many(c: &mut Criterion, s: &MetaStore) {
+    const FILES: u64 = 10_000;
+    let dir = s
+        .make_node(ROOT_INO, b"many", &NewNode::dir(0o755, 0, 0))
+        .unwrap()
+        .ino;
+    let inos: Vec<u64> = (0..FILES)
+        .map(|i| {
+            let name = format!("f{i}");
+            s.make_node(dir, name.as_bytes(), &NewNode::file(0o644, 0, 0))
+                .unwrap()
+                .ino
+        })
+        .collect();
+    let mut g = c.benchmark_group("meta-op/sqlite");
+    let mut next = 0;
+    g.bench_function("getattr, 10,000 files in turn", |b| {
+        b.iter(|| {
+            next = (next + 1) % inos.len();
+            s.getattr(inos[next]).unwrap()
+        })
+    });
+    g.finish();
+}
+
 fn engines(c: &mut Criterion) {
     let (store, _db) = sqlite();
     operations(c, "sqlite", &store);
+    getattr_many(c, &store);
     drop(store);
     operations(c, "postgres", &postgres());
     operations(c, "postgres-client", &postgres_as_client());

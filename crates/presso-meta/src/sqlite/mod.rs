@@ -346,21 +346,12 @@ impl SqliteEngine {
             Err(TryLockError::Poisoned(e)) => return Err(poisoned(e)),
         };
         w.check_usable()?;
-        if w.in_group() {
-            return Ok(SqliteTxn::reading_in_group(w));
-        }
-        if !w.conn.is_autocommit() {
+        if !w.in_group() && !w.conn.is_autocommit() {
             // Left open by a failed rollback: the next write transaction rolls it back.
             drop(w);
             return self.begin_read();
         }
-        control(&w.conn, "BEGIN DEFERRED").map_err(eng_on(&w.conn))?;
-        Ok(SqliteTxn {
-            handle: Handle::ReadOnWriter(w),
-            open: true,
-            durable: false,
-            redo: None,
-        })
+        Ok(SqliteTxn::reading_on_writer(w))
     }
 
     /// A read transaction on a pooled connection that sees everything committed so far: the
@@ -372,7 +363,7 @@ impl SqliteEngine {
             w.check_usable()?;
             if w.commit_group().is_err() {
                 w.check_usable()?;
-                return Ok(SqliteTxn::reading_in_group(w));
+                return Ok(SqliteTxn::reading_on_writer(w));
             }
         }
         self.begin_read()
