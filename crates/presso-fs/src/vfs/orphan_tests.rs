@@ -34,26 +34,15 @@ fn open_pool(dir: &SimDir, meta: &MemoryEngine) -> (Arc<Pool>, usize) {
     (pool, report.orphan_records_purged)
 }
 
-/// Bytes that do not compress, so that records are stored in segments, not inline.
-fn noise(len: usize) -> Vec<u8> {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 /// A pool with file `f` holding committed records, open through the returned handle.
 fn pool_with_open_file() -> (SimDir, MemoryEngine, Arc<Vfs>, u64, u64) {
     let (dir, meta) = (SimDir::new(), MemoryEngine::new());
+    // Uncompressed, so that the records are stored in segments, not inline in the metadata,
+    // and a mount that finds the orphan counts them.
     Pool::create_with(
         Arc::new(dir.clone()),
         &MetaStore::new(Box::new(meta.handle())),
-        &[],
+        &[("compression".to_string(), "off".to_string())],
     )
     .expect("create the pool");
     let (pool, _) = open_pool(&dir, &meta);
@@ -66,7 +55,7 @@ fn pool_with_open_file() -> (SimDir, MemoryEngine, Arc<Vfs>, u64, u64) {
         .make_node(ROOT_INO, b"f", &NewNode::file(0o644, 0, 0))
         .expect("create f");
     let fh = vfs.open_created(ROOT_INO, &attr).expect("open f");
-    vfs.write(attr.ino, 0, &noise(LEN)).expect("write f");
+    vfs.write(attr.ino, 0, &[7; LEN]).expect("write f");
     vfs.fsync(attr.ino).expect("fsync f");
     (dir, meta, vfs, attr.ino, fh)
 }

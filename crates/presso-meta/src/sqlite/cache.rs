@@ -212,8 +212,8 @@ impl RowCache {
     /// The running transaction is undone: puts back what its changes replaced, then, if SQLite
     /// undid statements of it too (`statements_undone`: it had taken its savepoint), forgets
     /// every row that is not pending. Without a statement SQLite's rows are as they were, and
-    /// keeping them keeps an undone transaction's cost its own: a SETATTR failing on a file just
-    /// unlinked is one in every `rm`.
+    /// keeping them keeps an undone transaction's cost its own: the kernel's times-only SETATTR
+    /// of a file removed since fails so, and an `rm` of many written files brings many.
     pub(super) fn undo_transaction(&mut self, statements_undone: bool) {
         self.inodes.undo_transaction(statements_undone);
         self.names.undo_transaction(statements_undone);
