@@ -14,7 +14,8 @@ use crate::error::{MetaError, Result};
 
 pub(super) enum Handle<'a> {
     Write(MutexGuard<'a, Writer>),
-    /// A read transaction on the write connection, taken while it was idle.
+    /// A read on the write connection, in no transaction of its own
+    /// ([`SqliteTxn::reading_on_writer`]).
     ReadOnWriter(MutexGuard<'a, Writer>),
     /// The connection is `None` only while it is being handed back in `drop`.
     Read(&'a SqliteEngine, Option<Connection>),
