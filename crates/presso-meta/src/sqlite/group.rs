@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 
-use super::intent::{self, IntentLog, Position, Redo};
+use super::intent::{self, Position, Redo};
+use super::intent_file::IntentLog;
 use super::rows::{delete_inode_row, write_counter, write_dentry, write_inode};
 use super::txn::{Handle, SqliteTxn};
 use super::{control, eng_on, Synchronous, Writer};

@@ -12,9 +12,6 @@
 //! result is the state as of some moment, never a mix (docs/design.md, "Group commit and the
 //! intent log", gives the format byte by byte).
 
-use std::fs::File;
-use std::io::Read;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::engine::{Dentry, FileKind, InodeRow, RecordRef, Timespec, Txn};
@@ -27,8 +24,6 @@ const MAGIC: u32 = u32::from_le_bytes(*b"PIL1");
 pub(super) const HEADER_LEN: usize = 24;
 /// Largest body a record may claim; a longer length is damage, not a record.
 const BODY_LIMIT: usize = 1 << 30;
-/// Bytes of the log kept allocated on disk (a few thousand records); see [`IntentLog::reserve`].
-const RESERVED: libc::off_t = 1 << 20;
 
 const PUT_INODE: u8 = 1;
 const DELETE_INODE: u8 = 2;
@@ -412,99 +407,6 @@ pub(super) fn apply(tx: &mut dyn Txn, body: &[u8]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The open intent log file and where the next record goes.
-#[derive(Debug)]
-pub(super) struct IntentLog {
-    file: File,
-    end: u64,
-}
-
-impl IntentLog {
-    /// Opens (creating if missing) the log at `path`, reading what it holds.
-    pub(super) fn open(path: &Path) -> Result<(Self, Vec<u8>)> {
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(|e| io_error(path, e))?;
-        let mut held = Vec::new();
-        file.read_to_end(&mut held).map_err(|e| io_error(path, e))?;
-        let end = held.len() as u64;
-        let log = IntentLog { file, end };
-        log.reserve();
-        Ok((log, held))
-    }
-
-    /// Allocates the log's first [`RESERVED`] bytes on disk without changing its length, so
-    /// that appends into them need no new blocks: metadata changes (a chmod, an unlink to free
-    /// space) still commit when another program has filled the disk. Best effort: a file
-    /// system without `fallocate`, or a disk already full, just goes without.
-    fn reserve(&self) {
-        // SAFETY: fallocate on an open descriptor; KEEP_SIZE leaves the length as it is.
-        let _ = unsafe {
-            libc::fallocate(
-                std::os::fd::AsRawFd::as_raw_fd(&self.file),
-                libc::FALLOC_FL_KEEP_SIZE,
-                0,
-                RESERVED,
-            )
-        };
-    }
-
-    /// Appends one record. A failed or short write leaves the end where it was, so the next
-    /// record overwrites the torn one.
-    pub(super) fn append(&mut self, record: &[u8]) -> Result<()> {
-        self.file
-            .write_all_at(record, self.end)
-            .map_err(|e| match e.raw_os_error() {
-                Some(libc::ENOSPC) => MetaError::Full,
-                _ => MetaError::Io(format!("intent log: {e}")),
-            })?;
-        self.end += record.len() as u64;
-        Ok(())
-    }
-
-    /// Empties the log (what it held at open included); only once everything in it is
-    /// committed.
-    pub(super) fn clear(&mut self) -> Result<()> {
-        if self.end > 0 {
-            self.file
-                .set_len(0)
-                .map_err(|e| MetaError::Io(format!("intent log: {e}")))?;
-            self.end = 0;
-            // Truncating freed the reserved blocks too.
-            self.reserve();
-        }
-        Ok(())
-    }
-
-    /// Everything written since the last [`IntentLog::clear`].
-    pub(super) fn read_back(&self) -> Result<Vec<u8>> {
-        let mut buf = vec![0; self.end as usize];
-        self.file
-            .read_exact_at(&mut buf, 0)
-            .map_err(|e| MetaError::Io(format!("intent log: {e}")))?;
-        Ok(buf)
-    }
-
-    /// Makes an emptied log's length durable (so a power loss cannot bring back records a
-    /// replay already committed; they would be passed over, but a clean log is simpler to trust).
-    pub(super) fn sync(&self) -> Result<()> {
-        self.file
-            .sync_all()
-            .map_err(|e| MetaError::Io(format!("intent log: {e}")))
-    }
-}
-
-fn io_error(path: &Path, e: std::io::Error) -> MetaError {
-    match e.raw_os_error() {
-        Some(libc::ENOSPC) => MetaError::Full,
-        _ => MetaError::Io(format!("{}: {e}", path.display())),
-    }
 }
 
 #[cfg(test)]

@@ -7,16 +7,17 @@
 //!
 //! Concurrency: write transactions are serialized on the write connection (`BEGIN IMMEDIATE`);
 //! with `synchronous=NORMAL` the ordinary ones are grouped into one open SQLite transaction and
-//! committed through the intent log (`group.rs`, `intent.rs`). A read transaction runs on the write
-//! connection when that is idle: its page cache is always current there, where a read connection
-//! must reload every page a commit since its last transaction changed. While a group is open it
-//! runs there inside the group, waiting for the connection if need be, since a read connection
-//! would not see the group. Otherwise, and always for [`MetaEngine::read_scan`] (which commits
-//! the open group first), it takes a connection from the pool (at most [`READ_CONNECTIONS`],
-//! opened on first need, `query_only`), waiting for one to come back when all are busy. In WAL
-//! mode a read transaction's snapshot is fixed by its first statement and kept until it ends, so
-//! it is consistent and includes every commit made before the transaction began. A thread must
-//! not begin a transaction while it holds another on the same engine.
+//! committed through the intent log (`group.rs`, `intent.rs`, `intent_file.rs`). A read
+//! transaction runs on the write connection when that is idle: its page cache is always current
+//! there, where a read connection must reload every page a commit since its last transaction
+//! changed. While a group is open it runs there inside the group, waiting for the connection if
+//! need be, since a read connection would not see the group. Otherwise, and always for
+//! [`MetaEngine::read_scan`] (which commits the open group first), it takes a connection from the
+//! pool (at most [`READ_CONNECTIONS`], opened on first need, `query_only`), waiting for one to
+//! come back when all are busy. In WAL mode a read transaction's snapshot is fixed by its first
+//! statement and kept until it ends, so it is consistent and includes every commit made before
+//! the transaction began. A thread must not begin a transaction while it holds another on the
+//! same engine.
 //!
 //! Locking: every connection opens the file through SQLite's `unix-excl` VFS. The first one to
 //! read takes an exclusive lock on the file for the whole process, which the connections of the
@@ -38,8 +39,10 @@ mod cache;
 mod cache_tests;
 mod group;
 mod intent;
+mod intent_file;
 #[cfg(test)]
 mod intent_tests;
+mod mapped;
 mod primitives;
 mod readers;
 mod rows;
