@@ -47,6 +47,10 @@ pub trait Storage: Send + Sync {
 /// stays when the pool is closed.
 pub const LOCK_FILE: &str = "presso.lock";
 
+/// How long a pool lock held under this process's own pid is waited for: a child process
+/// between fork and exec holds it for well under this (see `FsDir`'s `lock`).
+const OWN_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Why [`StorageDir::lock`] did not take the lock.
 #[derive(Debug)]
 pub enum LockError {
@@ -301,13 +305,19 @@ impl StorageDir for FsDir {
             .mode(0o644)
             .open(self.path.join(LOCK_FILE))
             .map_err(LockError::Io)?;
-        if let Err(err) = flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
-            return Err(match err.raw_os_error() {
-                Some(libc::EWOULDBLOCK) => LockError::Held {
-                    pid: read_pid(&file),
-                },
-                _ => LockError::Io(err),
-            });
+        // A lock held under this process's own pid, after its holder here let go, is a child
+        // process between its fork and its exec (another thread spawning a program), which
+        // shares the lock for that instant: it is waited for, briefly.
+        let waiting_since = std::time::Instant::now();
+        while let Err(err) = flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
+            if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(LockError::Io(err));
+            }
+            let pid = read_pid(&file);
+            if pid != Some(std::process::id()) || waiting_since.elapsed() >= OWN_LOCK_WAIT {
+                return Err(LockError::Held { pid });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
         // The pid is only for the message of whoever is refused next. Failing to write it (a
         // full disk, which is exactly when the pool must still open) leaves the lock valid.

@@ -56,6 +56,33 @@ fn second_open_in_one_process_is_refused_until_drop() {
     store.append(b"after the first one closed").unwrap();
 }
 
+/// A child process between its fork and its exec shares the pool lock for that instant (here
+/// the child of a plain `fork` keeps it for 200 ms, then exits). A store opened again meanwhile
+/// waits for the child instead of calling the pool in use by this very process.
+#[test]
+fn a_lock_shared_by_a_forked_child_is_waited_for() {
+    let _serial = REAL_LOCKS.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = TempDir::new("lock-fork");
+    let store = Store::create(tmp.dir(), Default::default(), config(1 << 20)).unwrap();
+    // SAFETY: the child makes two system calls and exits without running any Rust code.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        // SAFETY: as above.
+        unsafe {
+            libc::usleep(200_000);
+            libc::_exit(0);
+        }
+    }
+    assert!(child > 0, "fork: {}", std::io::Error::last_os_error());
+    drop(store);
+    let reopened = Store::open(tmp.dir(), config(1 << 20), &Committed::default());
+    let mut status = 0;
+    // SAFETY: waits for the child forked above.
+    unsafe { libc::waitpid(child, &mut status, 0) };
+    let store = reopened.expect("reopening while a forked child shared the lock");
+    store.append(b"after the child let go").unwrap();
+}
+
 #[test]
 fn a_directory_that_is_no_pool_gets_no_lock_file() {
     let tmp = TempDir::new("nolock");
