@@ -86,8 +86,8 @@ impl IntentLog {
             if map.write(self.end as usize, record).is_err() {
                 self.unmap();
                 return Err(MetaError::Io(
-                    "intent log: a page of the log could not be written (an I/O error, or the \
-                     file was cut short by another program)"
+                    "intent log: a page of the log could not be written (an I/O error, a full \
+                     disk, or the file cut short by another program)"
                         .into(),
                 ));
             }

@@ -136,6 +136,12 @@ impl GuardedMap {
             return true;
         }
         let _taking = TAKING.lock();
+        // The slot watches nothing while the range changes (the old one may be another
+        // mapping's an instant later); a fault recorded before stays recorded, since the caller
+        // drops a faulted mapping.
+        let slot = &WATCHED[self.slot];
+        let faulted = slot.faulted.load(Ordering::SeqCst);
+        slot.len.store(0, Ordering::Release);
         // SAFETY: remaps this value's own mapping; the old range is no longer used after this.
         let ptr = unsafe {
             libc::mremap(
@@ -145,19 +151,14 @@ impl GuardedMap {
                 libc::MREMAP_MAYMOVE,
             )
         };
-        if ptr == libc::MAP_FAILED {
-            return false;
+        let grown = ptr != libc::MAP_FAILED;
+        if grown {
+            self.ptr = ptr.cast();
+            self.len = len;
         }
-        // A fault recorded before stays recorded: the caller drops a faulted mapping.
-        let faulted = WATCHED[self.slot].faulted.load(Ordering::SeqCst);
-        WATCHED[self.slot].len.store(0, Ordering::Release);
-        watch(self.slot, ptr as usize, len);
-        WATCHED[self.slot]
-            .faulted
-            .fetch_or(faulted, Ordering::SeqCst);
-        self.ptr = ptr.cast();
-        self.len = len;
-        true
+        watch(self.slot, self.ptr as usize, self.len);
+        slot.faulted.fetch_or(faulted, Ordering::SeqCst);
+        grown
     }
 }
 
