@@ -136,8 +136,8 @@ impl Pool {
 
     /// Reads the frame `rec` refers to and checks it is the one the metadata recorded.
     pub fn read_frame(&self, ino: u64, index: u64, rec: &RecordRef) -> Result<Vec<u8>> {
-        self.read_checked_frame(ino, index, rec, EntryCheck::Store)
-            .map(|(frame, _, _)| frame)
+        let read = self.read_checked_frame(ino, index, rec, EntryCheck::Store);
+        self.counting_damage(read).map(|(frame, _, _)| frame)
     }
 
     /// [`Pool::read_frame`] with the tag its entry carries (`None` for inline frames and entries
@@ -148,11 +148,34 @@ impl Pool {
         index: u64,
         rec: &RecordRef,
     ) -> Result<(Vec<u8>, Option<EntryTag>)> {
-        self.read_checked_frame(ino, index, rec, EntryCheck::Store)
+        let read = self.read_checked_frame(ino, index, rec, EntryCheck::Store);
+        self.counting_damage(read)
             .map(|(frame, _, tag)| (frame, tag))
     }
 
-    /// [`Pool::read_frame`] with the frame's parsed header, so decoding does not parse it again.
+    /// `result`, having counted its error in the pool's corruptions if it is damage: anything
+    /// the store refuses but a host I/O error (a damaged entry, a missing segment, a location
+    /// outside it), a frame that is not the one the metadata names, one that does not decode.
+    pub fn counting_damage<T>(&self, result: Result<T>) -> Result<T> {
+        fn is_damage(e: &FsError) -> bool {
+            match e {
+                FsError::Store(presso_store::StoreError::Io { .. }) => false,
+                FsError::Store(_) | FsError::Misdirected { .. } | FsError::CorruptFrame { .. } => {
+                    true
+                }
+                // A load the record cache shared between its callers.
+                FsError::Shared(e) => is_damage(e),
+                _ => false,
+            }
+        }
+        if result.as_ref().is_err_and(is_damage) {
+            self.counters.corruptions.fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+
+    /// [`Pool::read_frame`] with the frame's parsed header, so decoding does not parse it again;
+    /// damage is left to the caller to count.
     fn read_checked_frame(
         &self,
         ino: u64,
@@ -166,37 +189,25 @@ impl Pool {
         };
         let (frame, tag) = match &rec.inline {
             Some(frame) => (frame.clone(), None),
-            None => read(&self.store, location(rec)).inspect_err(|e| {
-                // A host I/O error is not damage in the pool; anything else the store refuses
-                // (a damaged entry, a missing segment, a location outside it) is.
-                if !matches!(e, presso_store::StoreError::Io { .. }) {
-                    self.counters.corruptions.fetch_add(1, Ordering::Relaxed);
-                }
-            })?,
+            None => read(&self.store, location(rec))?,
         };
         match FrameHeader::parse(&frame) {
             Ok(h) if h.stored_hash == rec.checksum && h.logical_len == rec.logical_len => {
                 Ok((frame, h, tag))
             }
-            Ok(_) => {
-                self.counters.corruptions.fetch_add(1, Ordering::Relaxed);
-                Err(FsError::Misdirected {
-                    ino,
-                    index,
-                    segment: rec.segment,
-                    offset: rec.offset,
-                })
-            }
-            Err(source) => {
-                self.counters.corruptions.fetch_add(1, Ordering::Relaxed);
-                Err(FsError::CorruptFrame {
-                    ino,
-                    index,
-                    segment: rec.segment,
-                    offset: rec.offset,
-                    source,
-                })
-            }
+            Ok(_) => Err(FsError::Misdirected {
+                ino,
+                index,
+                segment: rec.segment,
+                offset: rec.offset,
+            }),
+            Err(source) => Err(FsError::CorruptFrame {
+                ino,
+                index,
+                segment: rec.segment,
+                offset: rec.offset,
+                source,
+            }),
         }
     }
 
@@ -206,13 +217,24 @@ impl Pool {
     /// covers the same bytes as the first two, more weakly (one pass fewer over every record
     /// read). A record stored as-is is a view into the frame read from the store, not a copy.
     pub fn read_record(&self, ino: u64, index: u64, rec: &RecordRef) -> Result<Bytes> {
+        let read = self.read_record_checking(ino, index, rec, EntryCheck::Decoder);
+        self.counting_damage(read)
+    }
+
+    /// [`Pool::read_record`] without counting a failure as damage, for reads at a place that
+    /// may be out of date: readahead (best effort; the reader's own read counts real damage),
+    /// and a first attempt at a place garbage collection may have moved the frame from, which
+    /// the caller counts with [`Pool::counting_damage`] once the frame turns out not to have
+    /// moved.
+    pub fn read_record_uncounted(&self, ino: u64, index: u64, rec: &RecordRef) -> Result<Bytes> {
         self.read_record_checking(ino, index, rec, EntryCheck::Decoder)
     }
 
     /// [`Pool::read_record`] with the store's CRC-32 of the entry checked too: for the scrub,
     /// which checks every checksum the pool holds.
     pub fn read_record_checking_all(&self, ino: u64, index: u64, rec: &RecordRef) -> Result<Bytes> {
-        self.read_record_checking(ino, index, rec, EntryCheck::Store)
+        let read = self.read_record_checking(ino, index, rec, EntryCheck::Store);
+        self.counting_damage(read)
     }
 
     fn read_record_checking(
@@ -227,15 +249,12 @@ impl Pool {
         let data = self
             .engine
             .decode_parsed_shared(&header, Bytes::from(frame))
-            .map_err(|source| {
-                self.counters.corruptions.fetch_add(1, Ordering::Relaxed);
-                FsError::CorruptFrame {
-                    ino,
-                    index,
-                    segment: rec.segment,
-                    offset: rec.offset,
-                    source,
-                }
+            .map_err(|source| FsError::CorruptFrame {
+                ino,
+                index,
+                segment: rec.segment,
+                offset: rec.offset,
+                source,
             })?;
         self.counters.records_read.fetch_add(1, Ordering::Relaxed);
         self.counters

@@ -115,21 +115,24 @@ impl Vfs {
     /// Decoded record `index` of `ino` via the cache; a frame moved by garbage collection is
     /// looked up again once. Only the same frame moved: a record rewritten since `rec` (or
     /// `rec` itself newer than what is committed, from the overlay) is another version, and
-    /// answering with it would hand out, or write back, bytes that are not the record's.
+    /// answering with it would hand out, or write back, bytes that are not the record's. A
+    /// failed read at the place the frame has left is not damage, and is not counted as such.
     pub(super) fn load(&self, ino: u64, index: u64, rec: &RecordRef) -> Result<Bytes> {
         if rec.inline.is_some() {
             return self.pool.read_record(ino, index, rec);
         }
-        let attempt = |rec: &RecordRef| {
-            self.cache.get_or_load((rec.segment, rec.offset), || {
-                self.pool.read_record(ino, index, rec)
-            })
-        };
-        match attempt(rec) {
+        let first = self.cache.get_or_load((rec.segment, rec.offset), || {
+            self.pool.read_record_uncounted(ino, index, rec)
+        });
+        match first {
             Ok(data) => Ok(data),
             Err(first) => match self.pool.record(ino, index)? {
-                Some(now) if now != *rec && moved(rec, &now) => attempt(&now),
-                _ => Err(first),
+                Some(now) if now != *rec && moved(rec, &now) => {
+                    self.cache.get_or_load((now.segment, now.offset), || {
+                        self.pool.read_record(ino, index, &now)
+                    })
+                }
+                _ => self.pool.counting_damage(Err(first)),
             },
         }
     }
