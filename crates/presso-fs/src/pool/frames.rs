@@ -156,7 +156,7 @@ impl Pool {
     /// `result`, having counted its error in the pool's corruptions if it is damage: anything
     /// the store refuses but a host I/O error (a damaged entry, a missing segment, a location
     /// outside it), a frame that is not the one the metadata names, one that does not decode.
-    pub fn counting_damage<T>(&self, result: Result<T>) -> Result<T> {
+    pub(crate) fn counting_damage<T>(&self, result: Result<T>) -> Result<T> {
         fn is_damage(e: &FsError) -> bool {
             match e {
                 FsError::Store(presso_store::StoreError::Io { .. }) => false,
@@ -226,7 +226,12 @@ impl Pool {
     /// and a first attempt at a place garbage collection may have moved the frame from, which
     /// the caller counts with [`Pool::counting_damage`] once the frame turns out not to have
     /// moved.
-    pub fn read_record_uncounted(&self, ino: u64, index: u64, rec: &RecordRef) -> Result<Bytes> {
+    pub(crate) fn read_record_uncounted(
+        &self,
+        ino: u64,
+        index: u64,
+        rec: &RecordRef,
+    ) -> Result<Bytes> {
         self.read_record_checking(ino, index, rec, EntryCheck::Decoder)
     }
 
