@@ -4,15 +4,12 @@
 //! not move still is.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
-use presso_meta::memory::MemoryEngine;
-use presso_meta::{MetaStore, NewNode, RecordRef, ROOT_INO};
-use presso_store::SimDir;
+use presso_meta::{NewNode, RecordRef, ROOT_INO};
 
+use super::orphan_tests::{open_pool, uncompressed_pool};
 use super::{Vfs, VfsConfig};
 use crate::maintenance;
-use crate::pool::{Pool, PoolOptions};
 
 /// The default record size.
 const RS: usize = 128 << 10;
@@ -20,20 +17,8 @@ const RECORDS: u64 = 8;
 
 #[test]
 fn a_read_where_a_frame_was_before_it_moved_is_not_damage() {
-    let (dir, meta) = (SimDir::new(), MemoryEngine::new());
-    // Uncompressed, so that the records are stored in segments, not inline in the metadata.
-    Pool::create_with(
-        Arc::new(dir.clone()),
-        &MetaStore::new(Box::new(meta.handle())),
-        &[("compression".to_string(), "off".to_string())],
-    )
-    .expect("create the pool");
-    let (pool, _) = Pool::open_with(
-        Arc::new(dir.clone()),
-        MetaStore::new(Box::new(meta.handle())),
-        PoolOptions::default(),
-    )
-    .expect("open the pool");
+    let (dir, meta) = uncompressed_pool();
+    let (pool, _) = open_pool(&dir, &meta);
     // No record fits the cache, so every load reads the store.
     let config = VfsConfig {
         reclaim: None,

@@ -149,17 +149,20 @@ impl Vfs {
         match gone.fate {
             LinkFate::Linked => {}
             LinkFate::Orphaned => {
-                let Some(node) = self.files.lock().get(&gone.ino).cloned() else {
-                    return;
-                };
                 // The file was open when the name change looked; its last close may have come
                 // since and found it not yet an orphan. Then no close is left to remove it, and
                 // this does. The open count and the mark change under one lock, so exactly one
-                // of the two sees both.
-                let closed = {
-                    let mut st = node.state.lock();
-                    st.orphaned = true;
-                    st.open == 0
+                // of the two sees both. No node at all means closed too: an open handle keeps
+                // its node, a group commit forgets a closed file's, and the gone name opens
+                // nothing new.
+                let node = self.files.lock().get(&gone.ino).cloned();
+                let closed = match node {
+                    None => true,
+                    Some(node) => {
+                        let mut st = node.state.lock();
+                        st.orphaned = true;
+                        st.open == 0
+                    }
                 };
                 // The name is gone either way, so a failure here does not fail the name change:
                 // the orphan stays, and the next mount removes it.

@@ -24,7 +24,8 @@ fn options() -> PoolOptions {
     }
 }
 
-fn open_pool(dir: &SimDir, meta: &MemoryEngine) -> (Arc<Pool>, usize) {
+/// Opens the pool on `dir` and `meta`; returns it and how many orphan records the open purged.
+pub(super) fn open_pool(dir: &SimDir, meta: &MemoryEngine) -> (Arc<Pool>, usize) {
     let (pool, report) = Pool::open_with(
         Arc::new(dir.clone()),
         MetaStore::new(Box::new(meta.handle())),
@@ -34,17 +35,22 @@ fn open_pool(dir: &SimDir, meta: &MemoryEngine) -> (Arc<Pool>, usize) {
     (pool, report.orphan_records_purged)
 }
 
-/// A pool with file `f` holding committed records, open through the returned handle.
-fn pool_with_open_file() -> (SimDir, MemoryEngine, Arc<Vfs>, u64, u64) {
+/// A new uncompressed pool on simulated parts: its records are stored in segments, not inline
+/// in the metadata (so a mount that finds an orphan counts them, and GC moves them).
+pub(super) fn uncompressed_pool() -> (SimDir, MemoryEngine) {
     let (dir, meta) = (SimDir::new(), MemoryEngine::new());
-    // Uncompressed, so that the records are stored in segments, not inline in the metadata,
-    // and a mount that finds the orphan counts them.
     Pool::create_with(
         Arc::new(dir.clone()),
         &MetaStore::new(Box::new(meta.handle())),
         &[("compression".to_string(), "off".to_string())],
     )
     .expect("create the pool");
+    (dir, meta)
+}
+
+/// A pool with file `f` holding committed records, open through the returned handle.
+fn pool_with_open_file() -> (SimDir, MemoryEngine, Arc<Vfs>, u64, u64) {
+    let (dir, meta) = uncompressed_pool();
     let (pool, _) = open_pool(&dir, &meta);
     let config = VfsConfig {
         reclaim: None,
@@ -82,6 +88,27 @@ fn a_close_between_an_unlinks_look_and_its_removal_still_frees_the_file() {
         "the unlinked, closed file is still there"
     );
     assert!(!vfs.files.lock().contains_key(&ino));
+    assert_eq!(orphan_records_at_next_mount(&dir, &meta, vfs), 0);
+}
+
+/// The same, with the file's node forgotten after the close (a group commit forgets the node of
+/// a closed file whose changes are all committed): the name change finds no node, and must
+/// still remove the orphan.
+#[test]
+fn a_close_and_a_forgotten_node_between_an_unlinks_look_and_its_removal_still_free_the_file() {
+    let (dir, meta, vfs, ino, fh) = pool_with_open_file();
+    let open = vfs.open_set();
+    vfs.release(ino, fh).expect("release");
+    vfs.drop_node(ino);
+    let gone = vfs
+        .pool
+        .unlink(ROOT_INO, b"f", &|i| open.contains(&i))
+        .expect("unlink");
+    vfs.name_dropped(&gone);
+    assert!(
+        vfs.getattr(ino).is_err(),
+        "the unlinked, closed file is still there"
+    );
     assert_eq!(orphan_records_at_next_mount(&dir, &meta, vfs), 0);
 }
 
