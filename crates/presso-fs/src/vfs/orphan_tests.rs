@@ -73,11 +73,16 @@ fn orphan_records_at_next_mount(dir: &SimDir, meta: &MemoryEngine, vfs: Arc<Vfs>
     open_pool(dir, meta).1
 }
 
-#[test]
-fn a_close_between_an_unlinks_look_and_its_removal_still_frees_the_file() {
+/// An UNLINK whose look at the open files comes before the file's last close, and whose name
+/// change comes after it (and after a group commit forgot the closed file's node, if
+/// `node_forgotten`): the file must be gone at once, its records with it.
+fn unlink_around_the_last_close(node_forgotten: bool) {
     let (dir, meta, vfs, ino, fh) = pool_with_open_file();
     let open = vfs.open_set();
     vfs.release(ino, fh).expect("release");
+    if node_forgotten {
+        vfs.drop_node(ino);
+    }
     let gone = vfs
         .pool
         .unlink(ROOT_INO, b"f", &|i| open.contains(&i))
@@ -91,25 +96,16 @@ fn a_close_between_an_unlinks_look_and_its_removal_still_frees_the_file() {
     assert_eq!(orphan_records_at_next_mount(&dir, &meta, vfs), 0);
 }
 
-/// The same, with the file's node forgotten after the close (a group commit forgets the node of
-/// a closed file whose changes are all committed): the name change finds no node, and must
-/// still remove the orphan.
+#[test]
+fn a_close_between_an_unlinks_look_and_its_removal_still_frees_the_file() {
+    unlink_around_the_last_close(false);
+}
+
+/// A group commit forgets the node of a closed file whose changes are all committed: the name
+/// change then finds no node, and must still remove the orphan.
 #[test]
 fn a_close_and_a_forgotten_node_between_an_unlinks_look_and_its_removal_still_free_the_file() {
-    let (dir, meta, vfs, ino, fh) = pool_with_open_file();
-    let open = vfs.open_set();
-    vfs.release(ino, fh).expect("release");
-    vfs.drop_node(ino);
-    let gone = vfs
-        .pool
-        .unlink(ROOT_INO, b"f", &|i| open.contains(&i))
-        .expect("unlink");
-    vfs.name_dropped(&gone);
-    assert!(
-        vfs.getattr(ino).is_err(),
-        "the unlinked, closed file is still there"
-    );
-    assert_eq!(orphan_records_at_next_mount(&dir, &meta, vfs), 0);
+    unlink_around_the_last_close(true);
 }
 
 #[test]
