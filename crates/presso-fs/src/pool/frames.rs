@@ -217,8 +217,7 @@ impl Pool {
     /// covers the same bytes as the first two, more weakly (one pass fewer over every record
     /// read). A record stored as-is is a view into the frame read from the store, not a copy.
     pub fn read_record(&self, ino: u64, index: u64, rec: &RecordRef) -> Result<Bytes> {
-        let read = self.read_record_checking(ino, index, rec, EntryCheck::Decoder);
-        self.counting_damage(read)
+        self.counting_damage(self.read_record_uncounted(ino, index, rec))
     }
 
     /// [`Pool::read_record`] without counting a failure as damage, for reads at a place that

@@ -78,40 +78,37 @@ impl IntentLog {
     /// record overwrites the torn one.
     pub(super) fn append(&mut self, record: &[u8]) -> Result<()> {
         let end = self.end + record.len() as u64;
-        if self.mapped_to(end)? {
-            let map = self
-                .map
-                .as_mut()
-                .ok_or_else(|| MetaError::engine("no mapping"))?;
-            if map.write(self.end as usize, record).is_err() {
-                self.unmap();
-                return Err(MetaError::Io(
-                    "intent log: a page of the log could not be written (an I/O error, a full \
-                     disk, or the file cut short by another program)"
-                        .into(),
-                ));
+        self.map_to(end)?;
+        match self.map.as_mut() {
+            Some(map) => {
+                if map.write(self.end as usize, record).is_err() {
+                    self.unmap();
+                    return Err(MetaError::Io(
+                        "intent log: a page of the log could not be written (an I/O error, a \
+                         full disk, or the file cut short by another program)"
+                            .into(),
+                    ));
+                }
             }
-        } else {
-            self.file
-                .write_all_at(record, self.end)
-                .map_err(|e| match e.raw_os_error() {
-                    Some(libc::ENOSPC) => MetaError::Full,
-                    _ => MetaError::Io(format!("intent log: {e}")),
-                })?;
+            None => {
+                self.file
+                    .write_all_at(record, self.end)
+                    .map_err(|e| match e.raw_os_error() {
+                        Some(libc::ENOSPC) => MetaError::Full,
+                        _ => MetaError::Io(format!("intent log: {e}")),
+                    })?
+            }
         }
         self.end = end;
         Ok(())
     }
 
-    /// Whether the log is mapped up to `end`, mapping it or growing its mapping first if need
-    /// be. `false` when the host refuses: the caller writes with `pwrite`.
-    fn mapped_to(&mut self, end: u64) -> Result<bool> {
-        if self.unmappable {
-            return Ok(false);
-        }
+    /// Maps the log up to `end`, mapping it or growing its mapping first if need be. After
+    /// `Ok` the mapping covers `end`, or there is none (the host refused: appends use `pwrite`).
+    fn map_to(&mut self, end: u64) -> Result<()> {
         let mapped = self.map.as_ref().map_or(0, |m| m.len() as u64);
-        if end <= mapped {
-            return Ok(true);
+        if self.unmappable || end <= mapped {
+            return Ok(());
         }
         let Some(len) = end
             .max(mapped.saturating_mul(2))
@@ -119,14 +116,14 @@ impl IntentLog {
             .and_then(|l| usize::try_from(l).ok())
         else {
             self.unmap();
-            return Ok(false);
+            return Ok(());
         };
         match self.extend_file(len as u64) {
             Ok(()) => {}
             Err(MetaError::Full) => return Err(MetaError::Full),
             Err(_) => {
                 self.unmap();
-                return Ok(false);
+                return Ok(());
             }
         }
         let grown = match self.map.as_mut() {
@@ -139,7 +136,7 @@ impl IntentLog {
         if !grown {
             self.unmap();
         }
-        Ok(grown)
+        Ok(())
     }
 
     /// Makes the file at least `len` bytes long, allocated on disk, so that its mapping covers
