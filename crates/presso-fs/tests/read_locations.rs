@@ -27,12 +27,16 @@ fn mounted() -> (Arc<Vfs>, Arc<Pool>) {
     (vfs, pool)
 }
 
+/// A new empty file named `name`; returns its inode.
+fn new_file(vfs: &Vfs, name: &str) -> u64 {
+    vfs.make_node(ROOT_INO, name.as_bytes(), &NewNode::file(0o644, 0, 0))
+        .unwrap()
+        .ino
+}
+
 /// A new file named `name` holding `data`, committed; returns its inode.
 fn file_of(vfs: &Vfs, name: &str, data: &[Vec<u8>]) -> u64 {
-    let ino = vfs
-        .make_node(ROOT_INO, name.as_bytes(), &NewNode::file(0o644, 0, 0))
-        .unwrap()
-        .ino;
+    let ino = new_file(vfs, name);
     for (index, rec) in data.iter().enumerate() {
         vfs.write(ino, (index * RS) as u64, rec).unwrap();
     }
@@ -120,12 +124,7 @@ fn frames_moved_by_garbage_collection_are_looked_up_again_before_their_places_go
     // The two files' records written in turn and committed together, so that the segments
     // holding the kept file's records also hold garbage once the other file is gone (files
     // committed one after the other may fill segments of their own, which GC leaves alone).
-    let new_file = |name: &[u8]| {
-        vfs.make_node(ROOT_INO, name, &NewNode::file(0o644, 0, 0))
-            .unwrap()
-            .ino
-    };
-    let (doomed, ino) = (new_file(b"doomed"), new_file(b"kept"));
+    let (doomed, ino) = (new_file(&vfs, "doomed"), new_file(&vfs, "kept"));
     let want: Vec<Vec<u8>> = (0..RECORDS).map(|i| record(i, 0)).collect();
     for (index, rec) in want.iter().enumerate() {
         let at = (index * RS) as u64;
