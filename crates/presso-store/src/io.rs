@@ -40,6 +40,15 @@ pub trait Storage: Send + Sync {
     fn sync(&self) -> io::Result<()>;
     /// Truncates or extends the file.
     fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Allocates the file system's blocks for `len` bytes from `offset` without changing the
+    /// file's length or contents, so later writes there skip the file system's allocation of
+    /// each page. Only an optimisation: after an error the file reads as before. Truncating the
+    /// file (even to its own length) gives back what lies past its end. The default reserves
+    /// nothing and says so (`Unsupported`).
+    fn reserve(&self, offset: u64, len: u64) -> io::Result<()> {
+        let _ = (offset, len);
+        Err(io::ErrorKind::Unsupported.into())
+    }
 }
 
 /// Name of the lock file in the pool directory. It holds the process id of the last holder of
@@ -203,6 +212,27 @@ impl Storage for FsStorage {
 
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.file.set_len(len)
+    }
+
+    fn reserve(&self, offset: u64, len: u64) -> io::Result<()> {
+        let (Ok(offset), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len))
+        else {
+            return Err(io::ErrorKind::InvalidInput.into());
+        };
+        // SAFETY: plain system call on a descriptor this value owns.
+        let r = unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                libc::FALLOC_FL_KEEP_SIZE,
+                offset,
+                len,
+            )
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
     }
 }
 

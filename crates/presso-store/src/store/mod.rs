@@ -174,6 +174,53 @@ struct Appender {
     tail_dirty: bool,
     /// Set after a failed sync; see [`StoreError::Failed`].
     failed: Option<String>,
+    /// The current segment's blocks are reserved up to here (0: nothing known reserved).
+    reserved: u64,
+    /// Cleared once the storage says it cannot reserve.
+    reserving: bool,
+}
+
+/// How far ahead of its appends the open segment's blocks are reserved at a time.
+const RESERVE_STEP: u64 = 8 << 20;
+
+impl Appender {
+    /// Reserves the current segment's blocks (see [`crate::Storage::reserve`]) one
+    /// [`RESERVE_STEP`] at a time, up to the segment's size, so that an append ending at `to`
+    /// writes into reserved blocks: a file system allocating page by page as the writes come
+    /// costs about 40% more CPU per byte appended (docs/benchmarks.md).
+    fn reserve_ahead(&mut self, to: u64, segment_size: u64) {
+        if !self.reserving || to <= self.reserved {
+            return;
+        }
+        let from = self.current.end.load(Ordering::Relaxed).max(self.reserved);
+        let upto = (from + RESERVE_STEP).min(segment_size).max(to);
+        match self.current.storage.reserve(from, upto - from) {
+            Ok(()) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::Unsupported | std::io::ErrorKind::InvalidInput
+                ) =>
+            {
+                self.reserving = false
+            }
+            // A full disk or a failing one: the append itself meets it, or fits anyway.
+            Err(_) => {}
+        }
+        self.reserved = upto;
+    }
+
+    /// Gives back the blocks reserved past the current segment's end, before it is sealed or
+    /// the store closes: a truncate to its own length, done only when the file is exactly as
+    /// long as what was appended, so it changes no byte. Best effort: blocks left reserved cost
+    /// only space, and only until garbage collection removes the segment.
+    fn give_back_reserved(&mut self) {
+        let end = self.current.end.load(Ordering::Relaxed);
+        if self.reserved > end && self.current.storage.len().is_ok_and(|len| len == end) {
+            let _ = self.current.storage.set_len(end);
+        }
+        self.reserved = 0;
+    }
 }
 
 impl Segment {
@@ -344,6 +391,8 @@ impl Store {
                 dirty: false,
                 tail_dirty: false,
                 failed: None,
+                reserved: 0,
+                reserving: true,
             }),
             sync_lock: Mutex::new(()),
             durable: Mutex::new(durable),
@@ -400,6 +449,7 @@ impl Store {
         }
         let seg = a.current.clone();
         let offset = seg.end.load(Ordering::Relaxed);
+        a.reserve_ahead(offset + entry_len, self.config.segment_size);
         // Two writes instead of copying the payload behind its header: a crash or an error
         // between them leaves a torn entry, which is the same case as a short single write.
         let written = seg
@@ -449,6 +499,8 @@ impl Store {
         let result = self.sync().map(|_| ());
         if self.is_failed() {
             self.cut_to_durable();
+        } else {
+            self.appender.lock().give_back_reserved();
         }
         self.refuse_appends();
         (result, self.lock.lock().take())

@@ -47,6 +47,8 @@ pub(super) fn fix_tail(a: &mut Appender) -> Result<()> {
             .set_len(end)
             .map_err(|e| io_error(&a.current.name, end, "truncate", e))?;
         a.tail_dirty = false;
+        // The truncate gave back the blocks reserved past the end too.
+        a.reserved = 0;
     }
     Ok(())
 }

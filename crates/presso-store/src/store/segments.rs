@@ -220,6 +220,7 @@ impl Store {
             return Err(err);
         }
         a.dirty = false;
+        a.give_back_reserved();
         {
             let mut durable = self.durable.lock();
             *durable = (*durable).max(Position {
