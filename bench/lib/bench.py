@@ -127,6 +127,12 @@ def select_targets(all_t, patterns):
     return [t for t in all_t if any(fnmatch.fnmatchcase(t.name, pat) for pat in pats)]
 
 
+def round_order(targets, rep):
+    """The targets in the order round `rep` (from 1) runs them: rotated by one per round."""
+    k = (rep - 1) % len(targets) if targets else 0
+    return targets[k:] + targets[:k]
+
+
 def machine_info(a, cfg):
     def cmd(argv):
         try:
@@ -300,10 +306,12 @@ def main(argv):
         zfs_left = [t for t in chosen if t.fs == "zfs-fuse"]
         # Repetitions are outermost: each round sets every target up afresh and runs one
         # repetition of every workload on it, so drift on a shared machine hits all targets alike
-        # and the medians are of alternating runs.
+        # and the medians are of alternating runs. Each round starts one target further on: a
+        # target runs after the others' writes (their writeback, the page cache they filled) in
+        # some rounds and first in others, instead of always in the same place.
         reps = cfg["reps"]
         for rep in range(1, reps + 1):
-            for i, t in enumerate(chosen, 1):
+            for i, t in round_order(list(enumerate(chosen, 1)), rep):
                 prefix = f"[{i:2d}/{len(chosen)} {t.name}]" + (f" round {rep}/{reps}" if reps > 1 else "")
                 try:
                     run_target(t, a, cfg, rows, prefix, t_start, rep)
