@@ -26,7 +26,7 @@ pub(super) enum Handle<'a> {
 pub(super) struct SqliteTxn<'a> {
     pub(super) handle: Handle<'a>,
     pub(super) open: bool,
-    /// Begun by [`MetaEngine::write_durable`].
+    /// Begun by [`crate::MetaEngine::write_durable`].
     pub(super) durable: bool,
     /// The changes of a grouped write transaction (see [`super::group`]), which runs under a
     /// savepoint of the open group and commits by appending them to the intent log.
