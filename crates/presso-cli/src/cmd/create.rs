@@ -12,6 +12,8 @@ use presso_fs::FsError;
 /// metadata database; or, with --meta and --data, a pool many machines mount at once.
 #[derive(Debug, Args)]
 #[command(after_help = after_help())]
+// The fields' docs are the command's help, where brackets are URL syntax, not links.
+#[allow(rustdoc::broken_intra_doc_links)]
 pub struct CreateArgs {
     /// Directory of the new pool (created if missing; must be empty).
     #[arg(required_unless_present = "meta", conflicts_with_all = ["meta", "data"])]

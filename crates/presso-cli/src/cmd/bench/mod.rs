@@ -1,9 +1,10 @@
 //! `presso bench`: measures every requested codec, on every backend that can run it, over the
 //! records of real files, and recommends one.
 //!
-//! Each row of the matrix (codec × backend) gets a fresh [`Engine`] that compresses every record of
-//! every file in one batch; then every frame is decoded on `workers` threads and compared with the
-//! original record, so a run is also an end-to-end correctness check of the engine.
+//! Each row of the matrix (codec × backend) gets a fresh [`presso_codec::Engine`] that compresses
+//! every record of every file in one batch; then every frame is decoded on `workers` threads and
+//! compared with the original record, so a run is also an end-to-end correctness check of the
+//! engine.
 //!
 //! # JSON output (`--json`)
 //! One JSON object per row, one per line (JSON Lines), with these fields:
