@@ -287,7 +287,8 @@ pub trait Txn {
     fn put_dentry(&mut self, parent: u64, name: &[u8], entry: Dentry) -> Result<()>;
     /// Deletes a directory entry.
     fn delete_dentry(&mut self, parent: u64, name: &[u8]) -> Result<bool>;
-    /// Lists up to `limit` entries of `parent` whose names sort strictly after `after`.
+    /// Lists up to `limit` entries of `parent` whose names sort strictly after `after`, in name
+    /// order; fewer only when no more follow.
     fn list_dentries(
         &mut self,
         parent: u64,

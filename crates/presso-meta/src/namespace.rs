@@ -403,7 +403,8 @@ impl MetaStore {
     }
 
     /// Up to `limit` entries of directory `ino` whose names sort after `after` (byte order).
-    /// Pass the last returned name as `after` to continue.
+    /// Fewer than `limit` only when no more follow; pass the last returned name as `after` to
+    /// continue.
     pub fn readdir(&self, ino: u64, after: Option<&[u8]>, limit: usize) -> Result<Vec<DirEntry>> {
         self.read(|tx| {
             dir(tx, ino)?;

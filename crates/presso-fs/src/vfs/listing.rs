@@ -3,8 +3,14 @@
 
 use super::*;
 
-/// Entries asked of the metadata at a time.
+/// The most entries asked of the metadata at a time.
 const PAGE: usize = 512;
+
+/// Entries asked for first in a reply, before the handle knows how many one reply takes: a
+/// little more than a READDIRPLUS reply of one memory page holds (about 25 entries with their
+/// attributes), the size of every listing reply before Linux 6.16. Newer kernels ask for up to
+/// `max_pages` at a time (128 KiB here, some 800 such entries); the pages then double.
+const FIRST_PAGE: usize = 32;
 
 /// Where the listing of one open directory stands: the name each cookie handed to the kernel
 /// resumes after. Holds the names of one pass over the directory.
@@ -12,6 +18,20 @@ const PAGE: usize = 512;
 pub(super) struct DirListing {
     after: HashMap<u64, Vec<u8>>,
     next_cookie: u64,
+    /// How many entries the last reply that filled up took (0: none filled up yet). The kernel
+    /// asks for replies of one size, so the next reply asks the metadata for about as many,
+    /// not for a whole [`PAGE`] of which a one-page reply would use a twentieth.
+    fits: usize,
+}
+
+impl DirListing {
+    /// Entries to ask of the metadata first for the next reply.
+    fn first_page(&self) -> usize {
+        match self.fits {
+            0 => FIRST_PAGE,
+            n => (n + n / 4 + 2).min(PAGE),
+        }
+    }
 }
 
 impl Vfs {
@@ -44,8 +64,8 @@ impl Vfs {
             fh,
             offset,
             |dir| Ok((dir, FileKind::Dir)),
-            |after| {
-                let page = self.pool.readdir(ino, after, PAGE)?;
+            |after, limit| {
+                let page = self.pool.readdir(ino, after, limit)?;
                 Ok(page
                     .into_iter()
                     .map(|e| (e.name, (e.ino, e.kind)))
@@ -71,8 +91,8 @@ impl Vfs {
             fh,
             offset,
             |dir| Ok((dir, FileKind::Dir, Some(self.getattr(dir)?))),
-            |after| {
-                let page = self.pool.readdir_plus(ino, after, PAGE)?;
+            |after, limit| {
+                let page = self.pool.readdir_plus(ino, after, limit)?;
                 Ok(page
                     .into_iter()
                     .map(|(e, attr)| {
@@ -87,17 +107,18 @@ impl Vfs {
         )
     }
 
-    /// The listing both kinds share: `dot(ino)` describes `.` and `..`, `page(after)` gives the
-    /// next entries after a name, `add` takes each until the reply is full. The handle's state
+    /// The listing both kinds share: `dot(ino)` describes `.` and `..`, `page(after, limit)`
+    /// gives at most `limit` entries after a name (fewer only at the directory's end), `add`
+    /// takes each until the reply is full. The handle's state
     /// is taken out of the map while listing, so listings of other handles, and metadata reads,
     /// never wait on each other (the kernel sends one request at a time per handle).
-    fn list_from<E>(
+    pub(super) fn list_from<E>(
         &self,
         ino: u64,
         fh: u64,
         offset: u64,
         dot: impl Fn(u64) -> Result<E>,
-        page: impl Fn(Option<&[u8]>) -> Result<Vec<(Vec<u8>, E)>>,
+        page: impl Fn(Option<&[u8]>, usize) -> Result<Vec<(Vec<u8>, E)>>,
         mut add: impl FnMut(&E, u64, &[u8]) -> bool,
     ) -> Result<()> {
         let mut listing = self.listings.lock().remove(&fh).unwrap_or_default();
@@ -130,21 +151,26 @@ impl Vfs {
                 )
             };
             listing.next_cookie = listing.next_cookie.max(3);
+            let mut want = listing.first_page();
+            let mut taken = 0;
             loop {
-                let batch = page(after.as_deref())?;
-                let Some((last, _)) = batch.last() else {
-                    return Ok(());
-                };
-                let last = last.clone();
+                let batch = page(after.as_deref(), want)?;
                 for (name, entry) in &batch {
                     let cookie = listing.next_cookie;
                     listing.next_cookie += 1;
                     listing.after.insert(cookie, name.clone());
                     if add(entry, cookie, name) {
+                        listing.fits = taken;
                         return Ok(());
                     }
+                    taken += 1;
                 }
-                after = Some(last);
+                // A page shorter than asked for is the directory's end.
+                if batch.len() < want {
+                    return Ok(());
+                }
+                after = batch.last().map(|(name, _)| name.clone());
+                want = (want * 2).min(PAGE);
             }
         })();
         self.listings.lock().insert(fh, listing);

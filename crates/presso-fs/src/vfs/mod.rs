@@ -47,6 +47,8 @@ mod background;
 mod caller;
 mod file;
 mod listing;
+#[cfg(test)]
+mod listing_tests;
 mod locks;
 #[cfg(test)]
 mod moved_tests;

@@ -1,0 +1,163 @@
+//! Directory listings reply by reply, as the kernel asks for them: every name once and in order
+//! whatever a reply holds, and the metadata asked for about what one reply takes, not a page of
+//! hundreds of entries for each reply of a few dozen.
+
+use std::cell::{Cell, RefCell};
+use std::sync::Arc;
+
+use presso_meta::{NewNode, ROOT_INO};
+
+use super::orphan_tests::{open_pool, uncompressed_pool};
+use super::{Vfs, VfsConfig};
+
+/// What a simulated kernel saw listing a directory of `names` with replies of `capacity`
+/// entries: the names listed, the rows the metadata returned and the largest page asked for.
+struct Listed {
+    names: Vec<Vec<u8>>,
+    rows: usize,
+    largest_page: usize,
+}
+
+fn list(vfs: &Vfs, names: &[Vec<u8>], capacity: usize) -> Listed {
+    let rows = Cell::new(0);
+    let largest_page = Cell::new(0);
+    let listed = RefCell::new(Vec::new());
+    let page = |after: Option<&[u8]>, limit: usize| {
+        largest_page.set(largest_page.get().max(limit));
+        let from = after.map_or(0, |a| names.partition_point(|n| n.as_slice() <= a));
+        let batch: Vec<_> = names[from..]
+            .iter()
+            .take(limit)
+            .map(|n| (n.clone(), ()))
+            .collect();
+        rows.set(rows.get() + batch.len());
+        Ok(batch)
+    };
+    let fh = vfs.opendir();
+    let mut offset = 0;
+    loop {
+        let mut in_reply = 0;
+        let mut last = None;
+        vfs.list_from(
+            ROOT_INO,
+            fh,
+            offset,
+            |_| Ok(()),
+            page,
+            |_, cookie, name| {
+                if in_reply == capacity {
+                    return true;
+                }
+                in_reply += 1;
+                last = Some(cookie);
+                if name != b"." && name != b".." {
+                    listed.borrow_mut().push(name.to_vec());
+                }
+                false
+            },
+        )
+        .expect("list");
+        match last {
+            Some(cookie) => offset = cookie,
+            None => break,
+        }
+    }
+    vfs.releasedir(fh);
+    Listed {
+        names: listed.into_inner(),
+        rows: rows.get(),
+        largest_page: largest_page.get(),
+    }
+}
+
+fn names(count: usize) -> Vec<Vec<u8>> {
+    (0..count)
+        .map(|i| format!("f{i:05}").into_bytes())
+        .collect()
+}
+
+/// A file layer on a simulated disk and in-memory metadata.
+fn vfs() -> Arc<Vfs> {
+    let (dir, meta) = uncompressed_pool();
+    let (pool, _) = open_pool(&dir, &meta);
+    Vfs::new(
+        pool,
+        VfsConfig {
+            reclaim: None,
+            ..VfsConfig::default()
+        },
+    )
+}
+
+#[test]
+fn replies_of_any_size_list_every_name_once_in_order() {
+    let vfs = vfs();
+    for count in [0, 1, 25, 31, 32, 33, 64, 1000] {
+        let all = names(count);
+        for capacity in [1, 2, 25, 100, 600] {
+            let got = list(&vfs, &all, capacity);
+            assert_eq!(got.names, all, "{count} names in replies of {capacity}");
+        }
+    }
+}
+
+#[test]
+fn each_reply_asks_the_metadata_for_about_what_it_takes() {
+    let vfs = vfs();
+    let all = names(2000);
+    // A READDIRPLUS reply of one page (every kernel before 6.16) holds about 25 entries.
+    let got = list(&vfs, &all, 25);
+    assert_eq!(got.names, all);
+    assert!(
+        got.rows <= all.len() * 3 / 2,
+        "{} rows read to list {} names",
+        got.rows,
+        all.len()
+    );
+    assert!(got.largest_page <= 64, "a page of {}", got.largest_page);
+    // Larger replies (plain READDIR, newer kernels): the pages grow to them.
+    let got = list(&vfs, &all, 300);
+    assert_eq!(got.names, all);
+    assert!(got.rows <= all.len() * 3 / 2, "{} rows", got.rows);
+}
+
+#[test]
+fn readdir_plus_lists_every_file_of_the_metadata_with_its_attributes() {
+    let vfs = vfs();
+    let mut made = Vec::new();
+    for i in 0..300u32 {
+        let name = format!("file-{i:03}").into_bytes();
+        let ino = vfs
+            .make_node(ROOT_INO, &name, &NewNode::file(0o600 | (i & 1), 0, 0))
+            .expect("create")
+            .ino;
+        made.push((name, ino));
+    }
+    made.sort();
+    let fh = vfs.opendir();
+    let mut offset = 0;
+    let mut listed = Vec::new();
+    loop {
+        let mut last = None;
+        let mut in_reply = 0;
+        vfs.readdir_plus_from(ROOT_INO, fh, offset, |ino, _, attr, cookie, name| {
+            if in_reply == 25 {
+                return true;
+            }
+            in_reply += 1;
+            last = Some(cookie);
+            if name != b"." && name != b".." {
+                let attr = attr.expect("attributes");
+                assert_eq!(attr.ino, ino);
+                listed.push((name.to_vec(), ino));
+            }
+            false
+        })
+        .expect("readdirplus");
+        match last {
+            Some(cookie) => offset = cookie,
+            None => break,
+        }
+    }
+    assert_eq!(listed, made);
+}
