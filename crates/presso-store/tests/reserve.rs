@@ -42,13 +42,22 @@ fn reserves(dir: &Path) -> bool {
     reserved
 }
 
+/// A new store with segments of `segment_size` on real files, if the file system under them
+/// reserves blocks.
+fn reserving_store(tag: &str, segment_size: u64) -> Option<(TempDir, Store)> {
+    let tmp = TempDir::new(tag);
+    if !reserves(tmp.path()) {
+        return None;
+    }
+    let store = Store::create(tmp.dir(), Default::default(), config(segment_size)).unwrap();
+    Some((tmp, store))
+}
+
 #[test]
 fn appends_write_into_reserved_blocks_given_back_when_sealed_and_closed() {
-    let tmp = TempDir::new("reserve");
-    if !reserves(tmp.path()) {
+    let Some((tmp, store)) = reserving_store("reserve", 64 << 20) else {
         return;
-    }
-    let store = Store::create(tmp.dir(), Default::default(), config(64 << 20)).unwrap();
+    };
     let first = store.append(&payload(0, 1000)).unwrap();
     let seg1 = tmp.path().join(segment_file_name(first.segment));
     assert_eq!(length(&seg1), SEGMENT_HEADER_LEN + first.entry_len());
@@ -101,11 +110,9 @@ fn appends_write_into_reserved_blocks_given_back_when_sealed_and_closed() {
 
 #[test]
 fn a_reservation_stops_at_the_segment_size() {
-    let tmp = TempDir::new("reserve-small");
-    if !reserves(tmp.path()) {
+    let Some((tmp, store)) = reserving_store("reserve-small", 1 << 20) else {
         return;
-    }
-    let store = Store::create(tmp.dir(), Default::default(), config(1 << 20)).unwrap();
+    };
     let loc = store.append(&payload(0, 1000)).unwrap();
     let seg = tmp.path().join(segment_file_name(loc.segment));
     assert!(
