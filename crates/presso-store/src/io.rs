@@ -42,9 +42,10 @@ pub trait Storage: Send + Sync {
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// Allocates the file system's blocks for `len` bytes from `offset` without changing the
     /// file's length or contents, so later writes there skip the file system's allocation of
-    /// each page. Only an optimisation: after an error the file reads as before. Truncating the
-    /// file (even to its own length) gives back what lies past its end. The default reserves
-    /// nothing and says so (`Unsupported`).
+    /// each page. Only an optimisation: after an error the file reads as before. On ext4 and
+    /// tmpfs a truncate, even to the file's own length, gives back what lies past its end;
+    /// elsewhere it may stay until the file is removed. The default reserves nothing and says
+    /// so (`Unsupported`).
     fn reserve(&self, offset: u64, len: u64) -> io::Result<()> {
         let _ = (offset, len);
         Err(io::ErrorKind::Unsupported.into())
