@@ -2,7 +2,7 @@
 //! whatever a reply holds, and the metadata asked for about what one reply takes, not a page of
 //! hundreds of entries for each reply of a few dozen.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::sync::Arc;
 
 use presso_meta::{NewNode, ROOT_INO};
@@ -18,10 +18,51 @@ struct Listed {
     largest_page: usize,
 }
 
+/// One reply as the kernel fills it: room for `capacity` entries.
+struct Reply {
+    capacity: usize,
+    taken: usize,
+    last: Option<u64>,
+}
+
+impl Reply {
+    /// Takes the entry with `cookie` if there is room; `true` when the reply is full instead,
+    /// as the kernel's reply buffer answers.
+    fn full_before(&mut self, cookie: u64) -> bool {
+        if self.taken == self.capacity {
+            return true;
+        }
+        self.taken += 1;
+        self.last = Some(cookie);
+        false
+    }
+}
+
+/// Lists as the kernel does: `request(offset, reply)` makes one request, each resuming after
+/// the last cookie the reply before took, until a reply comes back empty.
+fn by_replies(capacity: usize, mut request: impl FnMut(u64, &mut Reply)) {
+    let mut offset = 0;
+    loop {
+        let mut reply = Reply {
+            capacity,
+            taken: 0,
+            last: None,
+        };
+        request(offset, &mut reply);
+        match reply.last {
+            Some(cookie) => offset = cookie,
+            None => break,
+        }
+    }
+}
+
+fn is_dot(name: &[u8]) -> bool {
+    name == b"." || name == b".."
+}
+
 fn list(vfs: &Vfs, names: &[Vec<u8>], capacity: usize) -> Listed {
     let rows = Cell::new(0);
     let largest_page = Cell::new(0);
-    let listed = RefCell::new(Vec::new());
     let page = |after: Option<&[u8]>, limit: usize| {
         largest_page.set(largest_page.get().max(limit));
         let from = after.map_or(0, |a| names.partition_point(|n| n.as_slice() <= a));
@@ -34,10 +75,8 @@ fn list(vfs: &Vfs, names: &[Vec<u8>], capacity: usize) -> Listed {
         Ok(batch)
     };
     let fh = vfs.opendir();
-    let mut offset = 0;
-    loop {
-        let mut in_reply = 0;
-        let mut last = None;
+    let mut listed = Vec::new();
+    by_replies(capacity, |offset, reply| {
         vfs.list_from(
             ROOT_INO,
             fh,
@@ -45,26 +84,20 @@ fn list(vfs: &Vfs, names: &[Vec<u8>], capacity: usize) -> Listed {
             |_| Ok(()),
             page,
             |_, cookie, name| {
-                if in_reply == capacity {
+                if reply.full_before(cookie) {
                     return true;
                 }
-                in_reply += 1;
-                last = Some(cookie);
-                if name != b"." && name != b".." {
-                    listed.borrow_mut().push(name.to_vec());
+                if !is_dot(name) {
+                    listed.push(name.to_vec());
                 }
                 false
             },
         )
-        .expect("list");
-        match last {
-            Some(cookie) => offset = cookie,
-            None => break,
-        }
-    }
+        .expect("list")
+    });
     vfs.releasedir(fh);
     Listed {
-        names: listed.into_inner(),
+        names: listed,
         rows: rows.get(),
         largest_page: largest_page.get(),
     }
@@ -135,29 +168,21 @@ fn readdir_plus_lists_every_file_of_the_metadata_with_its_attributes() {
     }
     made.sort();
     let fh = vfs.opendir();
-    let mut offset = 0;
     let mut listed = Vec::new();
-    loop {
-        let mut last = None;
-        let mut in_reply = 0;
+    by_replies(25, |offset, reply| {
         vfs.readdir_plus_from(ROOT_INO, fh, offset, |ino, _, attr, cookie, name| {
-            if in_reply == 25 {
+            if reply.full_before(cookie) {
                 return true;
             }
-            in_reply += 1;
-            last = Some(cookie);
-            if name != b"." && name != b".." {
+            if !is_dot(name) {
                 let attr = attr.expect("attributes");
                 assert_eq!((attr.ino, attr.mode), (ino, 0o640));
                 listed.push((name.to_vec(), ino));
             }
             false
         })
-        .expect("readdirplus");
-        match last {
-            Some(cookie) => offset = cookie,
-            None => break,
-        }
-    }
+        .expect("readdirplus")
+    });
+    vfs.releasedir(fh);
     assert_eq!(listed, made);
 }
