@@ -8,7 +8,7 @@ use common::{backends, random, text};
 use presso_codec::frame::{FrameHeader, HEADER_LEN, MAX_RECORD_SIZE};
 use presso_codec::{
     decode_frame, decode_frame_with, BackendKind, CodecId, CodecSpec, DecodeOptions, DeflateEngine,
-    FrameError, Record, Verdict,
+    Engine, EngineConfig, FrameError, Offload, Record, Verdict,
 };
 
 fn inputs() -> Vec<(&'static str, Vec<u8>)> {
@@ -130,6 +130,60 @@ fn text_compresses_and_random_is_stored_raw() {
         assert_eq!(encoded.verdict, Verdict::Skipped, "{}", backend.name);
         let header = FrameHeader::parse(&encoded.frame).unwrap();
         assert_eq!(header.codec, CodecId::Off);
+    }
+}
+
+/// A record its codec cannot shrink enough (a few bytes of text, whose output outgrows the
+/// record) must leave the codec ready for the next record on the same thread. libzstd's context
+/// once kept such a failed frame open, and every later record on that worker was stored raw.
+#[test]
+fn a_record_that_does_not_fit_leaves_the_codec_working() {
+    // gzip on every deflate engine; the other codecs do not use one.
+    let cases = DeflateEngine::ALL.into_iter().flat_map(|deflate| {
+        CodecSpec::all()
+            .filter(move |s| {
+                s.codec == CodecId::Gzip
+                    || (s.codec != CodecId::Off && deflate == DeflateEngine::ALL[0])
+            })
+            .map(move |s| (deflate, s))
+    });
+    for (deflate, spec) in cases {
+        // One worker, so both records meet the same thread and its codec context; no pre-check,
+        // so the codec itself runs on the short record.
+        let engine = Engine::with_accelerator(
+            EngineConfig {
+                workers: 1,
+                offload: Offload::Off,
+                precheck: false,
+                deflate,
+                ..EngineConfig::default()
+            },
+            None,
+        );
+        // The same codec at another level, where it has one: the next record may be another
+        // file's, whose pool or directory asks for another level.
+        let other = CodecSpec::all()
+            .find(|s| s.codec == spec.codec && s.level != spec.level)
+            .unwrap_or(spec);
+        let short = engine.compress(Record::from(text(40, 11)), spec);
+        let ctx = format!("{spec} (deflate engine {})", deflate.name());
+        assert_eq!(short.verdict, Verdict::StoredRaw, "{ctx}: 40 bytes of text");
+        for (round, spec) in [other, spec, other].into_iter().enumerate() {
+            let round = round as u64;
+            // Half zeros, so zle (which squeezes only zero runs) compresses it too.
+            let mut data = text(128 << 10, 12 + round);
+            data[32 << 10..96 << 10].fill(0);
+            let encoded = engine.compress(Record::from(data.clone()), spec);
+            assert_eq!(
+                encoded.verdict,
+                Verdict::Compressed,
+                "{ctx}, then {spec}: 128K of text after a record that did not fit (round {round})"
+            );
+            assert!(
+                engine.decode(&encoded.frame).unwrap() == data,
+                "{ctx}, then {spec}"
+            );
+        }
     }
 }
 

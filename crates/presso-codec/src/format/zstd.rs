@@ -4,27 +4,53 @@ use std::cell::RefCell;
 
 use super::CodecError;
 
+/// A thread's compression context and the level it is set to.
+struct LevelledCompressor {
+    compressor: zstd::bulk::Compressor<'static>,
+    level: i32,
+}
+
 thread_local! {
-    static COMPRESSOR: RefCell<Option<zstd::bulk::Compressor<'static>>> = const { RefCell::new(None) };
+    static COMPRESSOR: RefCell<Option<LevelledCompressor>> = const { RefCell::new(None) };
     static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
+}
+
+fn engine_error(e: impl std::fmt::Display) -> CodecError {
+    CodecError::Engine(format!("zstd: {e}"))
 }
 
 /// Compresses at `level` into `out`; `None` when it does not fit.
 pub fn compress(level: u8, input: &[u8], out: &mut [u8]) -> Result<Option<usize>, CodecError> {
+    let level = level as i32;
     COMPRESSOR.with(|cell| {
         let mut cell = cell.borrow_mut();
-        let compressor = match cell.as_mut() {
+        let c = match cell.as_mut() {
             Some(c) => c,
-            None => cell.insert(
-                zstd::bulk::Compressor::new(level as i32)
-                    .map_err(|e| CodecError::Engine(format!("zstd: {e}")))?,
-            ),
+            None => cell.insert(LevelledCompressor {
+                compressor: zstd::bulk::Compressor::new(level).map_err(engine_error)?,
+                level,
+            }),
         };
-        compressor
-            .set_compression_level(level as i32)
-            .map_err(|e| CodecError::Engine(format!("zstd: {e}")))?;
-        // The only way compress_to_buffer fails on valid parameters is a too-small destination.
-        Ok(compressor.compress_to_buffer(input, out).ok())
+        // Setting the level reloads the context's (empty) dictionary: done only when it changes.
+        if c.level != level {
+            c.compressor
+                .set_compression_level(level)
+                .map_err(engine_error)?;
+            c.level = level;
+        }
+        match c.compressor.compress_to_buffer(input, out) {
+            Ok(n) => Ok(Some(n)),
+            // The only way this fails on valid parameters is a too-small destination. libzstd
+            // then leaves the context mid-frame, refusing a new level until its session is
+            // reset, so it is reset here: else every later record on this thread would fail.
+            Err(_) => {
+                c.compressor
+                    .context_mut()
+                    .reset(zstd::zstd_safe::ResetDirective::SessionOnly)
+                    .map_err(|code| engine_error(zstd::zstd_safe::get_error_name(code)))?;
+                Ok(None)
+            }
+        }
     })
 }
 
@@ -34,10 +60,7 @@ pub fn decompress(input: &[u8], out: &mut [u8]) -> Result<(), CodecError> {
         let mut cell = cell.borrow_mut();
         let decompressor = match cell.as_mut() {
             Some(d) => d,
-            None => cell.insert(
-                zstd::bulk::Decompressor::new()
-                    .map_err(|e| CodecError::Engine(format!("zstd: {e}")))?,
-            ),
+            None => cell.insert(zstd::bulk::Decompressor::new().map_err(engine_error)?),
         };
         let written = decompressor
             .decompress_to_buffer(input, out)
