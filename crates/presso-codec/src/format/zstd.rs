@@ -38,19 +38,20 @@ pub fn compress(level: u8, input: &[u8], out: &mut [u8]) -> Result<Option<usize>
                 .map_err(engine_error)?;
             c.level = level;
         }
-        match c.compressor.compress_to_buffer(input, out) {
-            Ok(n) => Ok(Some(n)),
-            // The only way this fails on valid parameters is a too-small destination. libzstd
-            // then leaves the context mid-frame, refusing a new level until its session is
-            // reset, so it is reset here: else every later record on this thread would fail.
-            Err(_) => {
-                c.compressor
-                    .context_mut()
-                    .reset(zstd::zstd_safe::ResetDirective::SessionOnly)
-                    .map_err(|code| engine_error(zstd::zstd_safe::get_error_name(code)))?;
-                Ok(None)
-            }
+        let result = c.compressor.compress_to_buffer(input, out);
+        // The only way this fails on valid parameters is a too-small destination. libzstd then
+        // leaves the context mid-frame, refusing a new level until its session is reset: else
+        // every later record on this thread would fail. A context that cannot even be reset is
+        // dropped, and the next record builds a new one.
+        if result.is_err()
+            && c.compressor
+                .context_mut()
+                .reset(zstd::zstd_safe::ResetDirective::SessionOnly)
+                .is_err()
+        {
+            *cell = None;
         }
+        Ok(result.ok())
     })
 }
 
