@@ -42,13 +42,18 @@ if [ "$fuzz_seconds" -gt 0 ]; then
     # Debug assertions on (-a), so an arithmetic overflow is a finding. One input running 10 s is a
     # hang. -len_control=0 gives the file-shaped targets long inputs from the start. A target's
     # last line is its run count; a finding prints the end of its log and fails the script.
+    # The C libraries are built with the address sanitizer too, less its use-after-scope check:
+    # GCC turns libzstd's constant table of match finders (zstd_opt.c) into a global yet still
+    # marks it out of scope, so the optimal parser of zstd's highest levels reading it is
+    # reported as a use after scope: a false finding. Bounds and use-after-free checks stay on.
     for target in frame_decode segment_recovery pool_header segment_header_and_envelope metadata_pages \
       intent_log; do
       case "$target" in
         frame_decode | pool_header) extra=() ;;
         *) extra=(-len_control=0) ;;
       esac
-      if (cd fuzz && cargo +nightly fuzz run -a "$target" -- -max_total_time="$fuzz_seconds" \
+      if (cd fuzz && CFLAGS="${CFLAGS:-} -fno-sanitize-address-use-after-scope" \
+        cargo +nightly fuzz run -a "$target" -- -max_total_time="$fuzz_seconds" \
         -timeout=10 "${extra[@]}" >"$log.fuzz" 2>&1); then
         echo "fuzz $target: $(grep -E '^Done [0-9]+ runs' "$log.fuzz" | tail -n 1)"
       else
