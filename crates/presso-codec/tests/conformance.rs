@@ -315,6 +315,14 @@ fn damage_behind_a_valid_hash_is_caught_by_the_codec_or_the_crc() {
                     "{spec}: byte {at}: {result:?}"
                 );
             }
+            // A decoder that met a damaged stream still decodes a good one on this thread.
+            for result in decode_guarded(&frame, data.len()) {
+                assert_eq!(
+                    result,
+                    Ok(()),
+                    "{spec}: the good frame after damage at {at}"
+                );
+            }
         }
     }
 }
