@@ -104,6 +104,7 @@ struct CodecCounters {
     stored_raw: AtomicU64,
     precheck_skips: AtomicU64,
     uncompressed: AtomicU64,
+    errors: AtomicU64,
 }
 
 #[derive(Default)]
@@ -164,6 +165,12 @@ impl Stats {
         backend.latency.record(event.latency);
     }
 
+    /// A record its codec failed on (an error, not a full budget); it is stored raw, and
+    /// [`Stats::record`] counts it under `stored_raw` as well.
+    pub(crate) fn codec_error(&self, codec: CodecId) {
+        self.codecs[codec as usize].errors.fetch_add(1, Relaxed);
+    }
+
     pub(crate) fn fallback(&self, why: Fallback) {
         match why {
             Fallback::Busy => &self.fallback_busy,
@@ -204,6 +211,7 @@ impl Stats {
                     stored_raw: c.stored_raw.load(Relaxed),
                     precheck_skips: c.precheck_skips.load(Relaxed),
                     uncompressed: c.uncompressed.load(Relaxed),
+                    errors: c.errors.load(Relaxed),
                 }
             })
             .filter(|c| c.records > 0)
@@ -268,6 +276,10 @@ pub struct CodecSnapshot {
     pub precheck_skips: u64,
     /// Records stored raw because the codec is off or they were empty.
     pub uncompressed: u64,
+    /// Records the codec failed on with an error rather than a full budget, stored raw (and
+    /// counted in `stored_raw` too). Anything but zero is a defect or a codec this build lacks.
+    #[serde(default)]
+    pub errors: u64,
 }
 
 /// Latency quantiles (upper bucket bounds) and the non-empty buckets.
@@ -409,5 +421,52 @@ mod tests {
         assert_eq!(json["backends"][2]["backend"], "isal");
         assert_eq!(json["backends"][2]["bytes_out"], 40);
         assert_eq!(json["fallbacks"]["busy"], 1);
+        assert_eq!(json["codecs"][0]["errors"], 0);
+    }
+
+    #[test]
+    fn codec_errors_are_counted_and_older_snapshots_still_read() {
+        let stats = Stats::default();
+        stats.codec_error(CodecId::Zstd);
+        stats.record(&RecordEvent {
+            codec: CodecId::Zstd,
+            verdict: Verdict::StoredRaw,
+            backend: BackendKind::Software,
+            bytes_in: 100,
+            bytes_out: 132,
+            cpu: Duration::ZERO,
+            latency: Duration::ZERO,
+        });
+        let snap = stats.snapshot(None);
+        let zstd = snap.codec(CodecId::Zstd).unwrap();
+        assert_eq!((zstd.errors, zstd.stored_raw), (1, 1));
+        // A snapshot written before the field existed (persisted, or from an older daemon).
+        let mut json = serde_json::to_value(&snap).unwrap();
+        json["codecs"][0].as_object_mut().unwrap().remove("errors");
+        let read: StatsSnapshot = serde_json::from_value(json).unwrap();
+        assert_eq!(read.codecs[0].errors, 0);
+    }
+
+    /// A build without libzstd fails every zstd record: each is stored raw, and counted as a
+    /// codec error rather than as a record that did not shrink. (Runs in the
+    /// `--no-default-features` pass of the test script.)
+    #[cfg(not(feature = "zstd"))]
+    #[test]
+    fn a_codec_error_is_stored_raw_and_counted() {
+        use crate::{CodecSpec, Engine, EngineConfig, Record};
+        let engine = Engine::with_accelerator(
+            EngineConfig {
+                workers: 1,
+                precheck: false,
+                ..EngineConfig::default()
+            },
+            None,
+        );
+        let spec: CodecSpec = "zstd-3".parse().unwrap();
+        let encoded = engine.compress(Record::from(vec![b'a'; 4096]), spec);
+        assert_eq!(encoded.verdict, Verdict::StoredRaw);
+        let snap = engine.stats();
+        let zstd = snap.codec(CodecId::Zstd).unwrap();
+        assert_eq!((zstd.errors, zstd.stored_raw), (1, 1));
     }
 }

@@ -96,6 +96,10 @@ pub struct Status {
     pub stored_raw: u64,
     /// Records the compressibility pre-check skipped, since open.
     pub precheck_skips: u64,
+    /// Records a codec failed on with an error (not a full budget), stored raw and counted in
+    /// `stored_raw` too, since open. Anything but zero is worth a report.
+    #[serde(default)]
+    pub codec_errors: u64,
     /// Frames kept inline in the metadata since open.
     pub inline_records: u64,
     /// Checksum or decode failures met on reads since open.
@@ -218,6 +222,7 @@ impl Status {
             holes: sum(|c| c.holes),
             stored_raw: sum(|c| c.stored_raw),
             precheck_skips: sum(|c| c.precheck_skips),
+            codec_errors: sum(|c| c.errors),
             inline_records: load(&counters.frames_inline),
             corruptions: load(&counters.corruptions),
             txgs: load(&counters.txgs),

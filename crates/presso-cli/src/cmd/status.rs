@@ -19,6 +19,7 @@ JSON fields include logical_bytes, stored_bytes, garbage_bytes, disk_bytes, rati
 (per codec, over the whole pool: records, logical_bytes, stored_bytes, ratio), records_offloaded,
 records_software,
 fallback_busy, fallback_failure, fallback_unavailable, holes, stored_raw, precheck_skips,
+codec_errors (records a codec failed on, stored raw; anything but 0 is worth a report),
 inline_records, corruptions, txgs, durable_commits, durability_pending (the mount holds changes
 not durable yet), throughput{written_bytes, read_bytes,
 write_bytes_per_sec, read_bytes_per_sec}, work and lifetime (since the mount, and over the pool's
@@ -120,6 +121,14 @@ pub fn render(s: &Status) -> String {
         "records     {} holes, {} stored raw, {} pre-check skips, {} inline",
         s.holes, s.stored_raw, s.precheck_skips, s.inline_records
     );
+    if s.codec_errors > 0 {
+        let _ = writeln!(
+            out,
+            "warning     {} records stored raw because their codec failed: a defect worth \
+             reporting, with `presso status --json`",
+            s.codec_errors
+        );
+    }
     if !s.codecs.is_empty() {
         let _ = writeln!(out, "codec       records   logical     stored      ratio");
         for c in &s.codecs {

@@ -191,11 +191,20 @@ impl Shared {
                 compressed_frame(out, payload_len, job.spec, &job.record),
                 Verdict::Compressed,
             ),
-            // Over budget, or a codec this build lacks: the record is kept, uncompressed.
-            Ok(None) | Err(_) => (
+            // Over budget: the record is kept, uncompressed.
+            Ok(None) => (
                 frame::build_raw(&job.record.slices()).into(),
                 Verdict::StoredRaw,
             ),
+            // A codec error (or a codec this build lacks): kept uncompressed too, and counted
+            // apart, so that status shows it instead of a quietly falling ratio.
+            Err(_) => {
+                self.stats.codec_error(job.spec.codec);
+                (
+                    frame::build_raw(&job.record.slices()).into(),
+                    Verdict::StoredRaw,
+                )
+            }
         };
         let cpu = thread_cpu_time().saturating_sub(started);
         self.deliver(job, built, verdict, BackendKind::Software, cpu);
