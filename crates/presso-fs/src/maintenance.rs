@@ -72,7 +72,7 @@ pub fn gc(pool: &Pool, min_live: f64, progress: &mut dyn FnMut(Progress)) -> Res
 /// share is below `policy.min_live` when their garbage is worth it by `policy` (as the
 /// automatic reclaim decides for a client's own segments).
 pub fn collect_segments_of_gone_clients(pool: &Pool, policy: &ReclaimPolicy) -> Result<GcReport> {
-    let min_live = |gone: &[SegmentStats]| match policy.worth_collecting(gone) {
+    let min_live = |gone: &[SegmentStats]| match policy.worth_collecting(gone, false) {
         true => policy.min_live,
         false => 0.0,
     };

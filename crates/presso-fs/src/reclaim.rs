@@ -5,6 +5,10 @@
 //!
 //! A background thread collects when garbage is both large and a large share of the segments,
 //! and the write path asks for a pass at once, and waits for it, before it answers ENOSPC.
+//! While the pool is being written the background thread waits for a larger share: a burst of
+//! overwrites makes its own garbage, and a pass in the middle of it copies records the burst is
+//! about to overwrite, with CPU the writers need. After the burst the same segments are dead
+//! through and through, and collecting them costs no copy.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -14,14 +18,20 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::maintenance;
 use crate::pool::Pool;
+use presso_store::Position;
 
 /// When the background thread collects.
 #[derive(Debug, Clone, Copy)]
 pub struct ReclaimPolicy {
     /// Collect only once garbage reaches this many bytes...
     pub min_garbage: u64,
-    /// ...and this share of all segment bytes.
+    /// ...and this share of all segment bytes...
     pub garbage_share: f64,
+    /// ...or, while appends go on (the store appended since the last look), this larger share.
+    /// It bounds the space a busy pool's garbage takes: at 0.5, the segments hold at most as
+    /// much garbage as live data before a pass runs anyway. Short of room, the write path asks
+    /// for a pass whatever the share.
+    pub busy_garbage_share: f64,
     /// Segments with a smaller live share are rewritten (as `presso gc --min-live`).
     pub min_live: f64,
     /// How often the background thread looks.
@@ -33,6 +43,7 @@ impl Default for ReclaimPolicy {
         ReclaimPolicy {
             min_garbage: 256 << 20,
             garbage_share: 0.25,
+            busy_garbage_share: 0.5,
             min_live: 0.5,
             interval: Duration::from_secs(5),
         }
@@ -41,11 +52,36 @@ impl Default for ReclaimPolicy {
 
 impl ReclaimPolicy {
     /// Whether the garbage of `segments` is large enough, in bytes and as a share of their
-    /// bytes, to collect.
-    pub fn worth_collecting(&self, segments: &[presso_store::SegmentStats]) -> bool {
+    /// bytes, to collect; `busy` if they are being appended to.
+    pub fn worth_collecting(&self, segments: &[presso_store::SegmentStats], busy: bool) -> bool {
         let total: u64 = segments.iter().map(|s| s.total_bytes).sum();
         let garbage: u64 = segments.iter().map(|s| s.dead_bytes).sum();
-        garbage >= self.min_garbage && garbage as f64 >= self.garbage_share * total as f64
+        let share = match busy {
+            true => self.busy_garbage_share.max(self.garbage_share),
+            false => self.garbage_share,
+        };
+        garbage >= self.min_garbage && garbage as f64 >= share * total as f64
+    }
+}
+
+/// Tells, look by look, whether the store appended since the previous look.
+struct AppendWatch {
+    seen: Position,
+}
+
+impl AppendWatch {
+    fn new(now: Position) -> AppendWatch {
+        AppendWatch { seen: now }
+    }
+
+    /// Whether the append position moved since the last look (or [`AppendWatch::skip_to`]).
+    fn appended_since(&mut self, now: Position) -> bool {
+        std::mem::replace(&mut self.seen, now) != now
+    }
+
+    /// Takes `now` as seen: what a pass appended itself is no sign of writers.
+    fn skip_to(&mut self, now: Position) {
+        self.seen = now;
     }
 }
 
@@ -129,6 +165,7 @@ impl Reclaimer {
     }
 
     fn run(&self, pool: &Pool, policy: ReclaimPolicy) {
+        let mut appends = AppendWatch::new(pool.store().append_position());
         loop {
             let asked = {
                 let mut st = self.state.lock();
@@ -145,7 +182,8 @@ impl Reclaimer {
             };
             let (asked, for_room) = asked;
             let min_live = if for_room { 1.0 } else { policy.min_live };
-            if asked || worth_collecting(pool, &policy) {
+            let busy = appends.appended_since(pool.store().append_position());
+            if asked || worth_collecting(pool, &policy, busy) {
                 match maintenance::gc(pool, min_live, &mut |_| {}) {
                     Ok(r) if r.segments_collected > 0 => crate::log!(
                         "presso: reclaimed {} bytes from {} segments ({} records moved)",
@@ -156,6 +194,7 @@ impl Reclaimer {
                     Ok(_) => {}
                     Err(e) => crate::log!("presso: automatic garbage collection failed: {e}"),
                 }
+                appends.skip_to(pool.store().append_position());
             }
             let mut st = self.state.lock();
             st.running = false;
@@ -165,10 +204,11 @@ impl Reclaimer {
     }
 }
 
-/// Whether garbage is large enough, in bytes and as a share of the segments, to collect.
-pub fn worth_collecting(pool: &Pool, policy: &ReclaimPolicy) -> bool {
+/// Whether garbage is large enough, in bytes and as a share of the segments, to collect; `busy`
+/// if the pool is being written.
+pub fn worth_collecting(pool: &Pool, policy: &ReclaimPolicy, busy: bool) -> bool {
     let segments = pool.store().all_segment_stats();
-    policy.worth_collecting(&segments)
+    policy.worth_collecting(&segments, busy)
 }
 
 #[cfg(test)]
@@ -221,6 +261,58 @@ mod tests {
         std::fs::remove_dir_all(dir).unwrap();
     }
 
+    fn segments(garbage_share: f64) -> Vec<presso_store::SegmentStats> {
+        (1..=4)
+            .map(|segment| presso_store::SegmentStats {
+                segment,
+                total_bytes: 1 << 30,
+                dead_bytes: ((1u64 << 30) as f64 * garbage_share) as u64,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_pool_being_written_is_collected_only_at_the_busy_share() {
+        let policy = ReclaimPolicy::default();
+        for (share, idle, busy) in [
+            (0.2, false, false),
+            (0.3, true, false),
+            (0.49, true, false),
+            (0.5, true, true),
+            (0.8, true, true),
+        ] {
+            let segments = segments(share);
+            assert_eq!(
+                policy.worth_collecting(&segments, false),
+                idle,
+                "{share} idle"
+            );
+            assert_eq!(
+                policy.worth_collecting(&segments, true),
+                busy,
+                "{share} busy"
+            );
+        }
+        // A busy share below the idle one never makes a busy pool collect earlier.
+        let odd = ReclaimPolicy {
+            busy_garbage_share: 0.1,
+            ..ReclaimPolicy::default()
+        };
+        assert!(!odd.worth_collecting(&segments(0.2), true));
+    }
+
+    #[test]
+    fn appends_are_seen_once_and_a_pass_of_its_own_is_not_a_writer() {
+        let at = |segment, offset| Position { segment, offset };
+        let mut watch = AppendWatch::new(at(3, 100));
+        assert!(!watch.appended_since(at(3, 100)), "nothing appended");
+        assert!(watch.appended_since(at(3, 900)), "a writer appended");
+        assert!(!watch.appended_since(at(3, 900)), "and then stopped");
+        assert!(watch.appended_since(at(4, 64)), "a roll and an append");
+        watch.skip_to(at(5, 4096));
+        assert!(!watch.appended_since(at(5, 4096)), "the pass's own copies");
+    }
+
     #[test]
     fn collection_needs_both_enough_bytes_and_a_large_share() {
         let (dir, pool) = empty_pool("policy");
@@ -229,15 +321,15 @@ mod tests {
             garbage_share: 0.0,
             ..ReclaimPolicy::default()
         };
-        assert!(worth_collecting(&pool, &eager));
-        assert!(!worth_collecting(&pool, &ReclaimPolicy::default()));
+        assert!(worth_collecting(&pool, &eager, false));
+        assert!(!worth_collecting(&pool, &ReclaimPolicy::default(), false));
         let share_only = ReclaimPolicy {
             min_garbage: 1,
             garbage_share: 0.0,
             ..ReclaimPolicy::default()
         };
         assert!(
-            !worth_collecting(&pool, &share_only),
+            !worth_collecting(&pool, &share_only, false),
             "no garbage, nothing to do"
         );
         pool.close().unwrap();
