@@ -121,7 +121,9 @@ fn after_help(long: bool) -> String {
              software         records compressed by the CPU workers\n  \
              stored_raw       records over the threshold's budget, stored raw\n  \
              skipped          records the pre-check stored raw without compressing\n  \
-             holes            all-zero records stored as holes\n\
+             holes            all-zero records stored as holes\n  \
+             codec_errors     records the codec failed on, stored raw (also in stored_raw);\n                  \
+             anything but 0 is a defect to report\n\
              The last line is {\"recommended\": {\"codec\": ..., \"backend\": ..., \"reason\": ...}}.\n",
         );
     }

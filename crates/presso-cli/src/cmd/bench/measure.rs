@@ -163,5 +163,6 @@ pub(super) fn measure(
         stored_raw: count(|c| c.stored_raw),
         skipped: count(|c| c.precheck_skips),
         holes: count(|c| c.holes),
+        codec_errors: count(|c| c.errors),
     })
 }

@@ -33,6 +33,7 @@
 //! | `stored_raw`      | records whose output did not fit the threshold's budget, stored raw     |
 //! | `skipped`         | records the compressibility pre-check stored raw without compressing    |
 //! | `holes`           | all-zero records stored as holes                                        |
+//! | `codec_errors`    | records the codec failed on, stored raw (also in `stored_raw`); a defect |
 //!
 //! The last line is `{"recommended": {"codec": ..., "backend": ..., "reason": ...}}`.
 //!
@@ -97,6 +98,9 @@ pub struct Row {
     pub skipped: u64,
     /// All-zero records stored as holes.
     pub holes: u64,
+    /// Records the codec failed on with an error (not a full budget), stored raw and counted in
+    /// `stored_raw` too; anything but 0 is a defect.
+    pub codec_errors: u64,
 }
 
 /// Runs `presso bench`.
@@ -158,6 +162,7 @@ mod testing {
             stored_raw: 0,
             skipped: 0,
             holes: 0,
+            codec_errors: 0,
         }
     }
 }

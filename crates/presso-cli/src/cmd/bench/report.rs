@@ -69,6 +69,7 @@ pub(super) fn print_table(
         if settings.precheck { "on" } else { "off" }
     )?;
     out.write_all(render_table(rows).as_bytes())?;
+    out.write_all(codec_error_warnings(rows).as_bytes())?;
     writeln!(
         out,
         "\nCPU s/GB is what each byte costs. ratio/util is QZFS's cost-efficiency figure, kept for \
@@ -82,6 +83,21 @@ pub(super) fn print_table(
         )?;
     }
     Ok(())
+}
+
+/// A line under the table for each row whose codec failed on records, which it stored raw:
+/// such a row's ratio says nothing about the codec, and the failure is a defect to report.
+fn codec_error_warnings(rows: &[Row]) -> String {
+    rows.iter()
+        .filter(|r| r.codec_errors > 0)
+        .map(|r| {
+            format!(
+                "\nWarning: {} on {} failed on {} of {} records and stored them raw; its ratio \
+                 does not show what the codec can do. Please report it.\n",
+                r.codec, r.backend, r.codec_errors, r.records
+            )
+        })
+        .collect()
 }
 
 /// The human table: one line per row, columns aligned (text left, numbers right).
@@ -170,5 +186,19 @@ mod tests {
         for line in &lines[1..] {
             assert!(line[..ratio_end].ends_with(char::is_numeric), "{table}");
         }
+    }
+
+    #[test]
+    fn rows_with_codec_errors_are_flagged_under_the_table() {
+        let mut failed = row("zstd-3", "cpu", 1.0, 1.0);
+        failed.codec_errors = 7;
+        let rows = [row("gzip-6", "libdeflate", 3.35, 8.0), failed];
+        let text = codec_error_warnings(&rows);
+        assert_eq!(text.lines().filter(|l| !l.is_empty()).count(), 1, "{text}");
+        assert!(
+            text.contains("zstd-3 on cpu failed on 7 of 10 records"),
+            "{text}"
+        );
+        assert_eq!(codec_error_warnings(&rows[..1]), "");
     }
 }
