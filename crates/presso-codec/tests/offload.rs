@@ -425,3 +425,44 @@ fn per_record_options_override_the_engine_defaults() {
         "{verdict:?}"
     );
 }
+
+/// A record with nothing to compress (codec off, or empty) is framed on the submitting thread and
+/// delivered before `submit` returns; one that needs its codec goes to a worker. Either way the
+/// engine counts it and `wait_idle` knows it is done.
+#[test]
+fn records_without_a_codec_are_framed_on_the_calling_thread() {
+    let engine = Engine::with_accelerator(
+        EngineConfig {
+            workers: 1,
+            offload: Offload::Off,
+            ..EngineConfig::default()
+        },
+        None,
+    );
+    let caller = std::thread::current().id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let data = text(64 << 10, 31);
+    for (record, spec) in [
+        (data.clone(), CodecSpec::OFF),
+        (Vec::new(), gzip()),
+        (data.clone(), gzip()),
+    ] {
+        let tx = tx.clone();
+        engine.submit(Record::from(record), spec, move |e: Encoded| {
+            let _ = tx.send((std::thread::current().id(), e.verdict));
+        });
+    }
+    let (thread, verdict) = rx.try_recv().expect("the off record was delivered at once");
+    assert_eq!((thread, verdict), (caller, Verdict::Uncompressed));
+    let (thread, verdict) = rx
+        .try_recv()
+        .expect("the empty record was delivered at once");
+    assert_eq!((thread, verdict), (caller, Verdict::Uncompressed));
+    let (thread, verdict) = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    assert_ne!(thread, caller, "gzip runs on a worker");
+    assert_eq!(verdict, Verdict::Compressed);
+    engine.wait_idle();
+    let stats = engine.stats();
+    assert_eq!(stats.backend(BackendKind::None).records, 2);
+    assert_eq!(stats.backend(BackendKind::Software).records, 1);
+}

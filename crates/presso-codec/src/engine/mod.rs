@@ -139,7 +139,9 @@ impl Engine {
     }
 
     /// Queues a record; `done` runs on a worker thread when its frame is ready. Blocks only while
-    /// the submission queue is full.
+    /// the submission queue is full. A record with nothing to compress (codec `off`, or empty)
+    /// is framed on the calling thread instead, and `done` runs there before this returns: the
+    /// caller must not hold anything `done` takes.
     pub fn submit(
         &self,
         record: Record,
@@ -173,6 +175,12 @@ impl Engine {
             submitted: Instant::now(),
             done: Box::new(done),
         };
+        if job.needs_no_codec() {
+            // Framing it is a copy: a hand-off to a worker would add a wake-up, and carry the
+            // record's bytes to another CPU's cache, for nothing.
+            self.shared.deliver_uncompressed(job);
+            return;
+        }
         self.submit
             .as_ref()
             .expect("engine is running")

@@ -1,6 +1,7 @@
 //! Routing: the decision where each record goes, and handing records to the accelerator.
 //!
-//! In order: empty or codec `off` → stored; all zeros → hole; the pre-check says incompressible →
+//! In order: empty or codec `off` → stored (framed on the submitting thread, before any queue:
+//! see [`Engine::submit`](super::Engine::submit)); all zeros → hole; the pre-check says incompressible →
 //! stored raw (skipped); inside the accelerator's size window, a spec it supports, healthy →
 //! accelerator; otherwise → CPU. A record the accelerator refuses for lack of queue room either
 //! waits for room or falls back to the CPU ([`BusyPolicy`]); an unhealthy accelerator's records
@@ -31,15 +32,8 @@ impl Shared {
     /// Decides where `job` goes; delivers it on the spot when no codec needs to run.
     pub(super) fn route(self: &Arc<Self>, job: Job, accel: Option<&dyn Accelerator>) -> Route {
         let len = job.record.len();
-        if len == 0 || job.spec.codec == CodecId::Off {
-            let built = frame::build_raw(&job.record.slices()).into();
-            self.deliver(
-                job,
-                built,
-                Verdict::Uncompressed,
-                BackendKind::None,
-                Duration::ZERO,
-            );
+        if job.needs_no_codec() {
+            self.deliver_uncompressed(job);
             return Route::Done;
         }
         let started = thread_cpu_time();
@@ -74,6 +68,28 @@ impl Shared {
             }
             _ => Route::Software(job, None),
         }
+    }
+}
+
+impl Job {
+    /// Empty, or its codec is `off`: stored as it is, whatever the policy says.
+    pub(super) fn needs_no_codec(&self) -> bool {
+        self.record.is_empty() || self.spec.codec == CodecId::Off
+    }
+}
+
+impl Shared {
+    /// Frames a record that needs no codec ([`Job::needs_no_codec`]) and delivers it, on the
+    /// calling thread.
+    pub(super) fn deliver_uncompressed(&self, job: Job) {
+        let built = frame::build_raw(&job.record.slices()).into();
+        self.deliver(
+            job,
+            built,
+            Verdict::Uncompressed,
+            BackendKind::None,
+            Duration::ZERO,
+        );
     }
 }
 

@@ -217,6 +217,8 @@ impl Vfs {
         jobs
     }
 
+    /// Hands `jobs` to the engine. Called without the node's lock: a record of codec `off`
+    /// completes (and is stored) on this thread before the engine's submit returns.
     pub(super) fn submit(
         &self,
         node: &Arc<FileNode>,
