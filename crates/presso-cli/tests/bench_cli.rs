@@ -5,7 +5,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-const ROW_FIELDS: [&str; 18] = [
+const ROW_FIELDS: [&str; 19] = [
     "codec",
     "backend",
     "ratio",
@@ -24,6 +24,7 @@ const ROW_FIELDS: [&str; 18] = [
     "stored_raw",
     "skipped",
     "holes",
+    "codec_errors",
 ];
 
 /// A scratch directory under the system temp dir, removed on drop.
@@ -160,6 +161,7 @@ fn bench_json_reports_every_row_and_a_recommendation() {
         assert_eq!(row["records"], 16, "{row}");
         assert_eq!(row["logical_bytes"], 1 << 20, "{row}");
         assert_eq!(row["holes"], 4, "{row}");
+        assert_eq!(row["codec_errors"], 0, "{row}");
         assert!(row["compress_mbps"].as_f64().unwrap() > 0.0, "{row}");
         assert!(row["decompress_mbps"].as_f64().unwrap() > 0.0, "{row}");
         // The CPU figures describe the same CPU seconds: bytes saved per CPU second is the
