@@ -1,11 +1,11 @@
 //! Routing: the decision where each record goes, and handing records to the accelerator.
 //!
 //! In order: empty or codec `off` → stored (framed on the submitting thread, before any queue:
-//! see [`Engine::submit`](super::Engine::submit)); all zeros → hole; the pre-check says incompressible →
-//! stored raw (skipped); inside the accelerator's size window, a spec it supports, healthy →
-//! accelerator; otherwise → CPU. A record the accelerator refuses for lack of queue room either
-//! waits for room or falls back to the CPU ([`BusyPolicy`]); an unhealthy accelerator's records
-//! fall back to the CPU.
+//! see [`Engine::submit`](super::Engine::submit)); all zeros → hole; the pre-check says
+//! incompressible → stored raw (skipped); inside the accelerator's size window, a spec it
+//! supports, healthy → accelerator; otherwise → CPU. A record the accelerator refuses for lack
+//! of queue room either waits for room or falls back to the CPU ([`BusyPolicy`]); an unhealthy
+//! accelerator's records fall back to the CPU.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +32,8 @@ impl Shared {
     /// Decides where `job` goes; delivers it on the spot when no codec needs to run.
     pub(super) fn route(self: &Arc<Self>, job: Job, accel: Option<&dyn Accelerator>) -> Route {
         let len = job.record.len();
+        // `Engine::submit` delivers these before they reach a queue; kept so that the order
+        // above holds for any job routed here.
         if job.needs_no_codec() {
             self.deliver_uncompressed(job);
             return Route::Done;
