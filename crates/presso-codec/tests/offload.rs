@@ -32,6 +32,16 @@ fn engine_with(accel: Arc<dyn Accelerator>, tweak: impl FnOnce(&mut EngineConfig
     Engine::with_accelerator(config, Some(accel))
 }
 
+/// An engine of `workers` CPU threads and no accelerator.
+fn cpu_engine(workers: usize) -> Engine {
+    let config = EngineConfig {
+        workers,
+        offload: Offload::Off,
+        ..EngineConfig::default()
+    };
+    Engine::with_accelerator(config, None)
+}
+
 fn run_all(engine: &Engine, data: &[Vec<u8>]) -> Vec<Encoded> {
     let mut batch = engine.batch();
     for d in data {
@@ -315,14 +325,7 @@ fn threshold_decides_between_compressed_and_raw() {
 
 #[test]
 fn verdicts_are_counted_per_codec() {
-    let engine = Engine::with_accelerator(
-        EngineConfig {
-            workers: 2,
-            offload: Offload::Off,
-            ..EngineConfig::default()
-        },
-        None,
-    );
+    let engine = cpu_engine(2);
     let mut batch = engine.batch();
     batch.submit(Record::from(vec![0u8; 8192]), gzip());
     batch.submit(Record::from(random(8192, 1)), gzip());
@@ -431,14 +434,7 @@ fn per_record_options_override_the_engine_defaults() {
 /// engine counts it and `wait_idle` knows it is done.
 #[test]
 fn records_without_a_codec_are_framed_on_the_calling_thread() {
-    let engine = Engine::with_accelerator(
-        EngineConfig {
-            workers: 1,
-            offload: Offload::Off,
-            ..EngineConfig::default()
-        },
-        None,
-    );
+    let engine = cpu_engine(1);
     let caller = std::thread::current().id();
     let (tx, rx) = std::sync::mpsc::channel();
     let data = text(64 << 10, 31);
