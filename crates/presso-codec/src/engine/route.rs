@@ -1,11 +1,11 @@
 //! Routing: the decision where each record goes, and handing records to the accelerator.
 //!
-//! In order: empty or codec `off` → stored (framed on the submitting thread, before any queue:
-//! see [`Engine::submit`](super::Engine::submit)); all zeros → hole; the pre-check says
-//! incompressible → stored raw (skipped); inside the accelerator's size window, a spec it
-//! supports, healthy → accelerator; otherwise → CPU. A record the accelerator refuses for lack
-//! of queue room either waits for room or falls back to the CPU ([`BusyPolicy`]); an unhealthy
-//! accelerator's records fall back to the CPU.
+//! In order: empty or codec `off` → stored (framed on the submitting thread, before any queue,
+//! so routing never sees them: see [`Engine::submit`](super::Engine::submit)); all zeros → hole;
+//! the pre-check says incompressible → stored raw (skipped); inside the accelerator's size
+//! window, a spec it supports, healthy → accelerator; otherwise → CPU. A record the accelerator
+//! refuses for lack of queue room either waits for room or falls back to the CPU
+//! ([`BusyPolicy`]); an unhealthy accelerator's records fall back to the CPU.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,15 +29,12 @@ pub(super) enum Route {
 }
 
 impl Shared {
-    /// Decides where `job` goes; delivers it on the spot when no codec needs to run.
+    /// Decides where `job` goes; delivers it on the spot when no codec needs to run. Jobs that
+    /// need no codec at all never get here: [`Engine::submit`](super::Engine::submit) delivers
+    /// them before any queue.
     pub(super) fn route(self: &Arc<Self>, job: Job, accel: Option<&dyn Accelerator>) -> Route {
+        debug_assert!(!job.needs_no_codec(), "delivered at submission");
         let len = job.record.len();
-        // `Engine::submit` delivers these before they reach a queue; kept so that the order
-        // above holds for any job routed here.
-        if job.needs_no_codec() {
-            self.deliver_uncompressed(job);
-            return Route::Done;
-        }
         let started = thread_cpu_time();
         let slices = job.record.slices();
         if policy::is_all_zero(&slices) {
@@ -71,16 +68,7 @@ impl Shared {
             _ => Route::Software(job, None),
         }
     }
-}
 
-impl Job {
-    /// Empty, or its codec is `off`: stored as it is, whatever the policy says.
-    pub(super) fn needs_no_codec(&self) -> bool {
-        self.record.is_empty() || self.spec.codec == CodecId::Off
-    }
-}
-
-impl Shared {
     /// Frames a record that needs no codec ([`Job::needs_no_codec`]) and delivers it, on the
     /// calling thread.
     pub(super) fn deliver_uncompressed(&self, job: Job) {
@@ -92,6 +80,13 @@ impl Shared {
             BackendKind::None,
             Duration::ZERO,
         );
+    }
+}
+
+impl Job {
+    /// Empty, or its codec is `off`: stored as it is, whatever the policy says.
+    pub(super) fn needs_no_codec(&self) -> bool {
+        self.record.is_empty() || self.spec.codec == CodecId::Off
     }
 }
 

@@ -191,15 +191,13 @@ impl Shared {
                 compressed_frame(out, payload_len, job.spec, &job.record),
                 Verdict::Compressed,
             ),
-            // Over budget: the record is kept, uncompressed.
-            Ok(None) => (
-                frame::build_raw(&job.record.slices()).into(),
-                Verdict::StoredRaw,
-            ),
-            // A codec error (or a codec this build lacks): kept uncompressed too, and counted
-            // apart, so that status shows it instead of a quietly falling ratio.
-            Err(_) => {
-                self.stats.codec_error(job.spec.codec);
+            // Over budget, or a codec error (or a codec this build lacks): the record is kept,
+            // uncompressed. An error is counted apart, so that status shows it instead of a
+            // quietly falling ratio.
+            over_or_failed => {
+                if over_or_failed.is_err() {
+                    self.stats.codec_error(job.spec.codec);
+                }
                 (
                     frame::build_raw(&job.record.slices()).into(),
                     Verdict::StoredRaw,
