@@ -462,3 +462,59 @@ fn records_without_a_codec_are_framed_on_the_calling_thread() {
     assert_eq!(stats.backend(BackendKind::None).records, 2);
     assert_eq!(stats.backend(BackendKind::Software).records, 1);
 }
+
+#[test]
+fn records_below_the_inline_limit_are_compressed_on_the_calling_thread() {
+    let engine = cpu_engine(1);
+    let limit = engine.config().inline_below;
+    assert!(
+        limit > 1024,
+        "the default keeps small files off the workers"
+    );
+    let caller = std::thread::current().id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let submit = |engine: &Engine, record: Vec<u8>| {
+        let tx = tx.clone();
+        engine.submit(Record::from(record), gzip(), move |e: Encoded| {
+            let _ = tx.send((std::thread::current().id(), e.verdict, e.backend));
+        });
+    };
+    submit(&engine, text(1024, 5));
+    assert_eq!(
+        rx.try_recv().expect("compressed before submit returned"),
+        (caller, Verdict::Compressed, BackendKind::Software)
+    );
+    submit(&engine, vec![0u8; 1024]);
+    assert_eq!(
+        rx.try_recv().expect("routed before submit returned"),
+        (caller, Verdict::Hole, BackendKind::None)
+    );
+    submit(&engine, text(limit, 6));
+    let (thread, verdict, _) = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    assert_ne!(thread, caller, "a record at the limit goes to a worker");
+    assert_eq!(verdict, Verdict::Compressed);
+
+    let every_record_to_workers = Engine::with_accelerator(
+        EngineConfig {
+            workers: 1,
+            offload: Offload::Off,
+            inline_below: 0,
+            ..EngineConfig::default()
+        },
+        None,
+    );
+    submit(&every_record_to_workers, text(1024, 7));
+    let (thread, verdict, _) = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    assert_ne!(thread, caller, "inline_below 0 hands every record over");
+    assert_eq!(verdict, Verdict::Compressed);
+
+    // Routed here, a small record the accelerator's window takes still goes to the accelerator.
+    let offloading = engine_with(isal_everything(1, 1), |c| c.workers = 1);
+    let data = text(1024, 8);
+    let e = offloading.compress(Record::from(data.clone()), gzip());
+    assert_eq!(
+        (e.verdict, e.backend),
+        (Verdict::Compressed, BackendKind::Accelerator)
+    );
+    assert_eq!(offloading.decode(&e.frame).unwrap(), data);
+}

@@ -84,6 +84,11 @@ pub struct EngineConfig {
     pub max_batch: usize,
     /// What a busy accelerator means.
     pub busy: BusyPolicy,
+    /// Records shorter than this are routed, and compressed when they stay on the CPU, on the
+    /// submitting thread (default 4 KiB, the accelerator window's lower end): for them a
+    /// hand-off to a worker (a wake-up, and the bytes carried to another CPU's cache) costs about
+    /// what the codec does. 0 hands every record to the workers.
+    pub inline_below: usize,
 }
 
 impl Default for EngineConfig {
@@ -103,6 +108,7 @@ impl Default for EngineConfig {
             max_reprobe_backoff: Duration::from_secs(60),
             max_batch: 16,
             busy: BusyPolicy::Auto,
+            inline_below: SizeWindow::DEFAULT.min,
         }
     }
 }

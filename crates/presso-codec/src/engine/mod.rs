@@ -140,8 +140,10 @@ impl Engine {
 
     /// Queues a record; `done` runs on a worker thread when its frame is ready. Blocks only while
     /// the submission queue is full. A record with nothing to compress (codec `off`, or empty)
-    /// is framed on the calling thread instead, and `done` runs there before this returns: the
-    /// caller must not hold anything `done` takes.
+    /// is framed on the calling thread instead, and a record shorter than
+    /// [`EngineConfig::inline_below`] is routed and, unless it goes to the accelerator,
+    /// compressed there: `done` may run on the calling thread before this returns, so the caller
+    /// must not hold anything `done` takes.
     pub fn submit(
         &self,
         record: Record,
@@ -179,6 +181,11 @@ impl Engine {
             // Framing it is a copy: a hand-off to a worker would add a wake-up, and carry the
             // record's bytes to another CPU's cache, for nothing.
             self.shared.deliver_uncompressed(job);
+            return;
+        }
+        if job.record.len() < self.shared.config.inline_below {
+            // The codec costs about what the hand-off would (see `inline_below`).
+            self.shared.run_here(job, self.accel.as_deref());
             return;
         }
         self.submit

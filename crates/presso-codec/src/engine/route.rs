@@ -6,6 +6,9 @@
 //! window, a spec it supports, healthy → accelerator; otherwise → CPU. A record the accelerator
 //! refuses for lack of queue room either waits for room or falls back to the CPU
 //! ([`BusyPolicy`]); an unhealthy accelerator's records fall back to the CPU.
+//!
+//! Records shorter than `inline_below` are routed, and compressed when they stay on the CPU, on
+//! the submitting thread ([`Shared::run_here`]); the rest are routed by a worker.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,6 +86,53 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// Routes `job` on the calling thread and finishes it here, unless it goes to the
+    /// accelerator (or, refused by it, to a worker).
+    pub(super) fn run_here(self: &Arc<Self>, job: Job, accel: Option<&dyn Accelerator>) {
+        match self.route(job, accel) {
+            Route::Done => {}
+            Route::Software(job, why) => self.run_software(job, why),
+            Route::Offload(job, budget) => {
+                let accel = accel.expect("routed to an accelerator the engine has");
+                let jobs = vec![self.accel_job(job, budget)];
+                self.offload(accel, jobs);
+            }
+        }
+    }
+
+    /// Submits to the accelerator; what it refuses for lack of room waits or goes to the CPU.
+    fn offload(&self, accel: &dyn Accelerator, mut jobs: Vec<AccelJob>) {
+        let wait = match self.config.busy {
+            BusyPolicy::Auto => accel.shares_host_cpu(),
+            BusyPolicy::Software => false,
+            BusyPolicy::Wait => true,
+        };
+        loop {
+            let seen = *self.accel_done.lock();
+            let refused = accel.submit(jobs);
+            if refused.is_empty() {
+                return;
+            }
+            if !wait || !self.health.available() {
+                for busy in refused {
+                    // Completing a refused job with Busy hands it back to the CPU path.
+                    busy.complete(Err(AccelError::Busy), Duration::ZERO);
+                }
+                return;
+            }
+            // Every accepted job completes, so room appears; a completion since `seen` means
+            // there may be room already.
+            let mut done = self.accel_done.lock();
+            while *done == seen {
+                self.accel_room.wait(&mut done);
+            }
+            drop(done);
+            jobs = refused;
+        }
+    }
+}
+
 impl Job {
     /// Empty, or its codec is `off`: stored as it is, whatever the policy says.
     pub(super) fn needs_no_codec(&self) -> bool {
@@ -120,42 +170,11 @@ impl Worker {
                     .into_iter()
                     .map(|(job, budget)| self.shared.accel_job(job, budget))
                     .collect();
-                self.offload(accel.as_ref(), jobs);
+                self.shared.offload(accel.as_ref(), jobs);
             }
         }
         if let Some((job, why)) = local {
             self.shared.run_software(job, why);
-        }
-    }
-
-    /// Submits to the accelerator; what it refuses for lack of room waits or goes to the CPU.
-    fn offload(&self, accel: &dyn Accelerator, mut jobs: Vec<AccelJob>) {
-        let wait = match self.shared.config.busy {
-            BusyPolicy::Auto => accel.shares_host_cpu(),
-            BusyPolicy::Software => false,
-            BusyPolicy::Wait => true,
-        };
-        loop {
-            let seen = *self.shared.accel_done.lock();
-            let refused = accel.submit(jobs);
-            if refused.is_empty() {
-                return;
-            }
-            if !wait || !self.shared.health.available() {
-                for busy in refused {
-                    // Completing a refused job with Busy hands it back to the CPU path.
-                    busy.complete(Err(AccelError::Busy), Duration::ZERO);
-                }
-                return;
-            }
-            // Every accepted job completes, so room appears; a completion since `seen` means
-            // there may be room already.
-            let mut done = self.shared.accel_done.lock();
-            while *done == seen {
-                self.shared.accel_room.wait(&mut done);
-            }
-            drop(done);
-            jobs = refused;
         }
     }
 }
