@@ -246,20 +246,33 @@ fn host_cpu_backend_waits_for_room_instead_of_overflowing() {
         faulty.shares_host_cpu(),
         "ISA-L computes on the host's cores"
     );
+    let depth = faulty.queue_depth();
     plan.set_stalled(true);
-    let engine = engine_with(faulty.clone(), |c| {
-        c.workers = 1;
-        c.queue_depth = 64;
-    });
+    let engine = engine_with(faulty.clone(), |c| c.workers = 1);
     let data = records(40);
     let (tx, rx) = crossbeam_channel::unbounded();
-    for (i, d) in data.iter().enumerate() {
-        let tx = tx.clone();
-        engine.submit(Record::from(d.clone()), gzip(), move |e| {
-            tx.send((i, e)).unwrap()
+    std::thread::scope(|scope| {
+        // Records are routed on the submitting thread, which waits for room while the device
+        // holds a full queue: it submits apart from the thread that releases the device.
+        scope.spawn(|| {
+            for (i, d) in data.iter().enumerate() {
+                let tx = tx.clone();
+                engine.submit(Record::from(d.clone()), gzip(), move |e| {
+                    tx.send((i, e)).unwrap()
+                });
+            }
         });
-    }
-    faulty.release();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while faulty.held() < depth {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the device never filled"
+            );
+            std::thread::yield_now();
+        }
+        assert_eq!(engine.stats().fallbacks.busy, 0, "nothing overflowed");
+        faulty.release();
+    });
     let mut done: Vec<(usize, Encoded)> = (0..data.len()).map(|_| rx.recv().unwrap()).collect();
     done.sort_by_key(|(i, _)| *i);
     for ((_, encoded), original) in done.iter().zip(&data) {
@@ -464,7 +477,7 @@ fn records_without_a_codec_are_framed_on_the_calling_thread() {
 }
 
 #[test]
-fn records_below_the_inline_limit_are_compressed_on_the_calling_thread() {
+fn records_are_routed_on_the_calling_thread_and_small_ones_compressed_there() {
     let engine = cpu_engine(1);
     let limit = engine.config().inline_below;
     assert!(
@@ -517,4 +530,22 @@ fn records_below_the_inline_limit_are_compressed_on_the_calling_thread() {
         (Verdict::Compressed, BackendKind::Accelerator)
     );
     assert_eq!(offloading.decode(&e.frame).unwrap(), data);
+
+    // A record for the accelerator is in its queue when submit returns: no worker routed it.
+    let (faulty, plan) = FaultyAccelerator::wrap(isal_everything(1, 1));
+    let faulty = Arc::new(faulty);
+    plan.set_stalled(true);
+    let routed_here = engine_with(faulty.clone(), |c| c.workers = 1);
+    routed_here.submit(Record::from(text(64 << 10, 9)), gzip(), |_| {});
+    let held = faulty.held();
+    faulty.release();
+    assert_eq!(held, 1, "submit returned before the record was routed");
+    routed_here.wait_idle();
+    assert_eq!(
+        routed_here
+            .stats()
+            .backend(BackendKind::Accelerator)
+            .records,
+        1
+    );
 }

@@ -16,12 +16,16 @@ use crate::codec::{CodecId, CodecSpec};
 use crate::format::isal as igzip;
 use crate::stats::thread_cpu_time;
 
+/// Default jobs queued per worker beyond those running. Records reach the queue straight from the
+/// threads that submit them, so it holds what a submission queue in front of it would have.
+pub const QUEUE_PER_WORKER: usize = 12;
+
 /// Settings of the ISA-L backend.
 #[derive(Clone, Debug)]
 pub struct IsalConfig {
     /// Worker threads running ISA-L (default: [`default_workers`](crate::default_workers)).
     pub workers: usize,
-    /// Jobs waiting at once beyond those running (default: 4 per worker).
+    /// Jobs waiting at once beyond those running (default: [`QUEUE_PER_WORKER`] per worker).
     pub queue_depth: usize,
     /// Record sizes offloaded.
     pub window: SizeWindow,
@@ -32,7 +36,7 @@ impl Default for IsalConfig {
         let workers = crate::default_workers();
         IsalConfig {
             workers,
-            queue_depth: workers * 4,
+            queue_depth: workers * QUEUE_PER_WORKER,
             window: SizeWindow::DEFAULT,
         }
     }

@@ -58,7 +58,7 @@ pub enum BusyPolicy {
 pub struct EngineConfig {
     /// CPU worker threads (default: [`default_workers`]). The default ISA-L backend gets as many.
     pub workers: usize,
-    /// Records waiting in the submission queue before `submit` blocks.
+    /// Records routed to the CPU workers that may wait for one before `submit` blocks.
     pub queue_depth: usize,
     /// Minimum saving to store a record compressed.
     pub threshold: Threshold,
@@ -80,14 +80,12 @@ pub struct EngineConfig {
     pub reprobe_backoff: Duration,
     /// Longest wait between re-initialisation attempts.
     pub max_reprobe_backoff: Duration,
-    /// Most records handed to the accelerator in one submission.
-    pub max_batch: usize,
     /// What a busy accelerator means.
     pub busy: BusyPolicy,
-    /// Records shorter than this are routed, and compressed when they stay on the CPU, on the
-    /// submitting thread (default 4 KiB, the accelerator window's lower end): for them a
-    /// hand-off to a worker (a wake-up, and the bytes carried to another CPU's cache) costs about
-    /// what the codec does. 0 hands every record to the workers.
+    /// Records shorter than this that stay on the CPU are compressed on the submitting thread
+    /// (default 4 KiB, the accelerator window's lower end): for them a hand-off to a worker (a
+    /// wake-up, and the bytes carried to another CPU's cache) costs about what the codec does.
+    /// 0 hands every CPU record to the workers.
     pub inline_below: usize,
 }
 
@@ -106,7 +104,6 @@ impl Default for EngineConfig {
             failure_limit: 3,
             reprobe_backoff: Duration::from_secs(1),
             max_reprobe_backoff: Duration::from_secs(60),
-            max_batch: 16,
             busy: BusyPolicy::Auto,
             inline_below: SizeWindow::DEFAULT.min,
         }

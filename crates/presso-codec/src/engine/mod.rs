@@ -10,9 +10,11 @@
 //! unavailable and re-initialised after a backoff that doubles while it keeps failing. Every
 //! codec gets the output budget `(1 − threshold) × input`; over it, the record is stored raw.
 //!
-//! Submission is asynchronous: [`Engine::submit`] queues a record and returns; the bounded queue
-//! blocks the submitter only when the workers are behind (backpressure). Completions run a
-//! caller-supplied closure on a worker thread; [`Batch`] collects them in submission order.
+//! Submission routes the record on the caller's thread and hands it on: [`Engine::submit`]
+//! returns once the accelerator's queue or the workers' bounded queue took it, and blocks only
+//! while they are full (backpressure). A record shorter than [`EngineConfig::inline_below`] that
+//! stays on the CPU is compressed before `submit` returns. Completions run a caller-supplied
+//! closure on the thread that finished the record; [`Batch`] collects them in submission order.
 //!
 //! This module holds the public face (the [`Engine`], its results and [`Batch`]); the settings
 //! live in `config.rs`, the routing decision in `route.rs`, the accelerator's health in
@@ -38,7 +40,7 @@ use crate::accel::{Accelerator, SizeWindow};
 use crate::codec::CodecSpec;
 use crate::frame::{self, DecodeOptions, FrameError, FrameHeader};
 use crate::record::Record;
-use crate::stats::{BackendKind, Stats, StatsSnapshot, Verdict};
+use crate::stats::{BackendKind, Fallback, Stats, StatsSnapshot, Verdict};
 use health::Health;
 use worker::{Job, Shared, Worker};
 
@@ -73,7 +75,7 @@ pub struct Engine {
     shared: Arc<Shared>,
     accel: Option<Arc<dyn Accelerator>>,
     accel_name: Option<String>,
-    submit: Option<Sender<Job>>,
+    submit: Option<Sender<(Job, Option<Fallback>)>>,
     workers: Vec<JoinHandle<()>>,
 }
 
@@ -102,7 +104,7 @@ impl Engine {
         } else {
             accel
         };
-        let (submit_tx, submit_rx) = bounded::<Job>(config.queue_depth.max(1));
+        let (submit_tx, submit_rx) = bounded(config.queue_depth.max(1));
         let (software_tx, software_rx) = unbounded();
         let shared = Arc::new(Shared {
             health: Health::new(&config),
@@ -119,7 +121,6 @@ impl Engine {
             .map(|index| {
                 let worker = Worker {
                     shared: shared.clone(),
-                    accel: accel.clone(),
                     submit: submit_rx.clone(),
                     software: software_rx.clone(),
                 };
@@ -138,12 +139,12 @@ impl Engine {
         }
     }
 
-    /// Queues a record; `done` runs on a worker thread when its frame is ready. Blocks only while
-    /// the submission queue is full. A record with nothing to compress (codec `off`, or empty)
-    /// is framed on the calling thread instead, and a record shorter than
-    /// [`EngineConfig::inline_below`] is routed and, unless it goes to the accelerator,
-    /// compressed there: `done` may run on the calling thread before this returns, so the caller
-    /// must not hold anything `done` takes.
+    /// Routes a record and hands it on; `done` runs when its frame is ready, on the thread that
+    /// finished it. Blocks only while the accelerator's queue (for a backend that computes on
+    /// the host's cores) or the workers' queue is full. A record that needs no codec (codec
+    /// `off`, empty, all zeros, or judged incompressible) and a record shorter than
+    /// [`EngineConfig::inline_below`] that stays on the CPU are finished on the calling thread,
+    /// and `done` runs there before this returns: the caller must not hold anything `done` takes.
     pub fn submit(
         &self,
         record: Record,
@@ -183,16 +184,11 @@ impl Engine {
             self.shared.deliver_uncompressed(job);
             return;
         }
-        if job.record.len() < self.shared.config.inline_below {
-            // The codec costs about what the hand-off would (see `inline_below`).
-            self.shared.run_here(job, self.accel.as_deref());
-            return;
-        }
-        self.submit
-            .as_ref()
-            .expect("engine is running")
-            .send(job)
-            .expect("engine workers are running");
+        self.shared.dispatch(
+            job,
+            self.accel.as_deref(),
+            self.submit.as_ref().expect("engine is running"),
+        );
     }
 
     /// A batch whose results come back in submission order.
@@ -294,7 +290,7 @@ pub fn default_accelerator(
     {
         let config = crate::accel::isal::IsalConfig {
             workers: workers.max(1),
-            queue_depth: workers.max(1) * 4,
+            queue_depth: workers.max(1) * crate::accel::isal::QUEUE_PER_WORKER,
             window,
         };
         crate::accel::isal::IsalAccelerator::start(config)

@@ -1,19 +1,24 @@
-//! Routing: the decision where each record goes, and handing records to the accelerator.
+//! Routing: the decision where each record goes, taken on the submitting thread, and handing
+//! records to the accelerator.
 //!
-//! In order: empty or codec `off` → stored (framed on the submitting thread, before any queue,
-//! so routing never sees them: see [`Engine::submit`](super::Engine::submit)); all zeros → hole;
-//! the pre-check says incompressible → stored raw (skipped); inside the accelerator's size
-//! window, a spec it supports, healthy → accelerator; otherwise → CPU. A record the accelerator
-//! refuses for lack of queue room either waits for room or falls back to the CPU
-//! ([`BusyPolicy`]); an unhealthy accelerator's records fall back to the CPU.
+//! In order: empty or codec `off` → stored (framed before routing: see
+//! [`Engine::submit`](super::Engine::submit)); all zeros → hole; the pre-check says
+//! incompressible → stored raw (skipped); inside the accelerator's size window, a spec it
+//! supports, healthy → accelerator; otherwise → CPU, on the submitting thread for a record shorter
+//! than `inline_below` and on a worker for the rest. A record the accelerator refuses for lack of
+//! queue room either waits for room or falls back to the CPU ([`BusyPolicy`]); an unhealthy
+//! accelerator's records fall back to the CPU.
 //!
-//! Records shorter than `inline_below` are routed, and compressed when they stay on the CPU, on
-//! the submitting thread ([`Shared::run_here`]); the rest are routed by a worker.
+//! Routing where the record was submitted reads its bytes on the CPU that just wrote them, and
+//! costs no hand-off: a worker that routed each record cost a wake-up and a cross-CPU read per
+//! record before the codec even ran.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::worker::{Job, Shared, Worker};
+use crossbeam_channel::Sender;
+
+use super::worker::{Job, Shared};
 use super::BusyPolicy;
 use crate::accel::{AccelError, AccelJob, Accelerator};
 use crate::codec::CodecId;
@@ -84,19 +89,29 @@ impl Shared {
             Duration::ZERO,
         );
     }
-}
 
-impl Shared {
-    /// Routes `job` on the calling thread and finishes it here, unless it goes to the
-    /// accelerator (or, refused by it, to a worker).
-    pub(super) fn run_here(self: &Arc<Self>, job: Job, accel: Option<&dyn Accelerator>) {
+    /// Routes `job` on the submitting thread and sends it on: to the accelerator, to `cpu_queue`
+    /// (the workers), or, for a record shorter than `inline_below`, through the codec right here.
+    /// Blocks while the accelerator (under [`BusyPolicy::Wait`]) or the workers' queue is full.
+    pub(super) fn dispatch(
+        self: &Arc<Self>,
+        job: Job,
+        accel: Option<&dyn Accelerator>,
+        cpu_queue: &Sender<(Job, Option<Fallback>)>,
+    ) {
         match self.route(job, accel) {
             Route::Done => {}
-            Route::Software(job, why) => self.run_software(job, why),
             Route::Offload(job, budget) => {
                 let accel = accel.expect("routed to an accelerator the engine has");
                 let jobs = vec![self.accel_job(job, budget)];
                 self.offload(accel, jobs);
+            }
+            Route::Software(job, why) if job.record.len() < self.config.inline_below => {
+                self.run_software(job, why)
+            }
+            Route::Software(job, why) => {
+                // The workers outlive the engine's queue sender.
+                let _ = cpu_queue.send((job, why));
             }
         }
     }
@@ -137,44 +152,5 @@ impl Job {
     /// Empty, or its codec is `off`: stored as it is, whatever the policy says.
     pub(super) fn needs_no_codec(&self) -> bool {
         self.record.is_empty() || self.spec.codec == CodecId::Off
-    }
-}
-
-impl Worker {
-    /// Routes a job taken from the submission queue, gathering more for the accelerator.
-    pub(super) fn dispatch(&self, first: Job) {
-        let mut offload = Vec::new();
-        let mut local = None;
-        match self.shared.route(first, self.accel.as_deref()) {
-            Route::Done => {}
-            Route::Software(job, why) => local = Some((job, why)),
-            Route::Offload(job, budget) => {
-                offload.push((job, budget));
-                // Gather more queued records into one asynchronous submission; any that must run
-                // on the CPU go to the shared software queue, where idle workers pick them up.
-                while offload.len() < self.shared.config.max_batch {
-                    let Ok(job) = self.submit.try_recv() else {
-                        break;
-                    };
-                    match self.shared.route(job, self.accel.as_deref()) {
-                        Route::Done => {}
-                        Route::Software(job, why) => self.shared.defer(job, why),
-                        Route::Offload(job, budget) => offload.push((job, budget)),
-                    }
-                }
-            }
-        }
-        if let Some(accel) = &self.accel {
-            if !offload.is_empty() {
-                let jobs = offload
-                    .into_iter()
-                    .map(|(job, budget)| self.shared.accel_job(job, budget))
-                    .collect();
-                self.shared.offload(accel.as_ref(), jobs);
-            }
-        }
-        if let Some((job, why)) = local {
-            self.shared.run_software(job, why);
-        }
     }
 }

@@ -12,7 +12,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::health::Health;
 use super::{Encoded, EngineConfig, JobOptions};
-use crate::accel::{AccelError, AccelJob, AccelOutcome, AccelResult, Accelerator, OutBuf};
+use crate::accel::{AccelError, AccelJob, AccelOutcome, AccelResult, OutBuf};
 use crate::codec::CodecSpec;
 use crate::format;
 use crate::frame::{self, FrameHeader, HEADER_LEN};
@@ -51,18 +51,19 @@ pub(super) struct Shared {
     pub(super) software: Sender<(Job, Option<Fallback>)>,
     pub(super) pending: Mutex<usize>,
     pub(super) idle: Condvar,
-    // Bumped on every accelerator completion; workers waiting for room under BusyPolicy::Wait
+    // Bumped on every accelerator completion; submitters waiting for room under BusyPolicy::Wait
     // sleep until it changes.
     pub(super) accel_done: Mutex<u64>,
     pub(super) accel_room: Condvar,
     pub(super) next_job_id: AtomicU64,
 }
 
-/// One CPU worker thread.
+/// One CPU worker thread: runs the software codec for records routed to the CPU.
 pub(super) struct Worker {
     pub(super) shared: Arc<Shared>,
-    pub(super) accel: Option<Arc<dyn Accelerator>>,
-    pub(super) submit: Receiver<Job>,
+    /// Records the submitters routed to the CPU (bounded: the backpressure on software work).
+    pub(super) submit: Receiver<(Job, Option<Fallback>)>,
+    /// Records the accelerator handed back (busy or failed).
     pub(super) software: Receiver<(Job, Option<Fallback>)>,
 }
 
@@ -81,8 +82,8 @@ impl Worker {
                         self.shared.run_software(job, why);
                     }
                 }
-                recv(self.submit) -> job => match job {
-                    Ok(job) => self.dispatch(job),
+                recv(self.submit) -> item => match item {
+                    Ok((job, why)) => self.shared.run_software(job, why),
                     Err(_) => return,
                 },
             }

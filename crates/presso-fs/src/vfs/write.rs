@@ -217,8 +217,9 @@ impl Vfs {
         jobs
     }
 
-    /// Hands `jobs` to the engine. Called without the node's lock: a record of codec `off`
-    /// completes (and is stored) on this thread before the engine's submit returns.
+    /// Hands `jobs` to the engine. Called without the node's lock: a record may complete (and be
+    /// stored) on this thread before the engine's submit returns (codec `off`, a hole, a small
+    /// record, see [`Engine::submit`](presso_codec::Engine::submit)).
     pub(super) fn submit(
         &self,
         node: &Arc<FileNode>,
