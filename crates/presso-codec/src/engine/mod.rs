@@ -178,12 +178,6 @@ impl Engine {
             submitted: Instant::now(),
             done: Box::new(done),
         };
-        if job.needs_no_codec() {
-            // Framing it is a copy: a hand-off to a worker would add a wake-up, and carry the
-            // record's bytes to another CPU's cache, for nothing.
-            self.shared.deliver_uncompressed(job);
-            return;
-        }
         self.shared.dispatch(
             job,
             self.accel.as_deref(),

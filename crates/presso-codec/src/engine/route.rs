@@ -1,8 +1,7 @@
 //! Routing: the decision where each record goes, taken on the submitting thread, and handing
 //! records to the accelerator.
 //!
-//! In order: empty or codec `off` → stored (framed before routing: see
-//! [`Engine::submit`](super::Engine::submit)); all zeros → hole; the pre-check says
+//! In order: empty or codec `off` → stored as it is; all zeros → hole; the pre-check says
 //! incompressible → stored raw (skipped); inside the accelerator's size window, a spec it
 //! supports, healthy → accelerator; otherwise → CPU, on the submitting thread for a record shorter
 //! than `inline_below` and on a worker for the rest. A record the accelerator refuses for lack of
@@ -37,11 +36,12 @@ pub(super) enum Route {
 }
 
 impl Shared {
-    /// Decides where `job` goes; delivers it on the spot when no codec needs to run. Jobs that
-    /// need no codec at all never get here: [`Engine::submit`](super::Engine::submit) delivers
-    /// them before any queue.
+    /// Decides where `job` goes; delivers it on the spot when no codec needs to run.
     pub(super) fn route(self: &Arc<Self>, job: Job, accel: Option<&dyn Accelerator>) -> Route {
-        debug_assert!(!job.needs_no_codec(), "delivered at submission");
+        if job.needs_no_codec() {
+            self.deliver_uncompressed(job);
+            return Route::Done;
+        }
         let len = job.record.len();
         let started = thread_cpu_time();
         let slices = job.record.slices();
@@ -77,9 +77,8 @@ impl Shared {
         }
     }
 
-    /// Frames a record that needs no codec ([`Job::needs_no_codec`]) and delivers it, on the
-    /// calling thread.
-    pub(super) fn deliver_uncompressed(&self, job: Job) {
+    /// Frames a record that needs no codec ([`Job::needs_no_codec`]) and delivers it.
+    fn deliver_uncompressed(&self, job: Job) {
         let built = frame::build_raw(&job.record.slices()).into();
         self.deliver(
             job,
@@ -150,7 +149,7 @@ impl Shared {
 
 impl Job {
     /// Empty, or its codec is `off`: stored as it is, whatever the policy says.
-    pub(super) fn needs_no_codec(&self) -> bool {
+    fn needs_no_codec(&self) -> bool {
         self.record.is_empty() || self.spec.codec == CodecId::Off
     }
 }
