@@ -110,7 +110,8 @@ impl Mounted {
         let ino = attr.ino;
         let fh = vfs.open_created(dir, &attr).expect("open");
         let _ = vfs.getxattr(ino, b"security.capability");
-        vfs.write_by(ino, 0, data, false, root).expect("write");
+        let (_, submission) = vfs.write_by(ino, 0, data, false, root).expect("write");
+        submission.submit();
         let stamp = Timespec {
             secs: 1_670_000_000,
             nsec: 0,

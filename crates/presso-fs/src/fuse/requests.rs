@@ -247,7 +247,10 @@ impl Filesystem for PressoFs {
             .vfs
             .write_by(ino.0, offset, data, unprivileged, caller(req))
         {
-            Ok(n) => reply.written(n as u32),
+            Ok((n, submission)) => {
+                reply.written(n as u32);
+                submission.submit();
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -261,7 +264,15 @@ impl Filesystem for PressoFs {
         reply: ReplyEmpty,
     ) {
         if self.vfs.pool().client().is_none() {
-            return empty(reply, self.vfs.flush(ino.0));
+            // `close()` waits for this reply; the file's last records are routed (and a short
+            // one compressed) after it.
+            return match self.vfs.flush_deferred(ino.0) {
+                Ok(submission) => {
+                    reply.ok();
+                    submission.submit();
+                }
+                Err(e) => reply.error(errno(&e)),
+            };
         }
         // A shared pool's close commits the file and drops the closing process's locks: work
         // for a worker, not for a session thread.
@@ -283,7 +294,13 @@ impl Filesystem for PressoFs {
     ) {
         // The last close of an open file ends its `flock`.
         let unlocked = lock_owner.map_or(Ok(()), |o| self.vfs.unlock_owner(ino.0, o.0));
-        empty(reply, self.vfs.release(ino.0, fh.0).and(unlocked));
+        match self.vfs.release_deferred(ino.0, fh.0) {
+            Ok(submission) => {
+                empty(reply, unlocked);
+                submission.submit();
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn getlk(

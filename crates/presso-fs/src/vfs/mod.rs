@@ -57,6 +57,7 @@ mod namespace;
 mod orphan_tests;
 mod read;
 mod settings;
+mod submission;
 mod sweep;
 mod unstored;
 mod write;
@@ -66,6 +67,8 @@ pub use caller::Caller;
 use file::{wait_compressed, wait_submitted, Budget, FileNode, FileState, Slot, CLEARING};
 use listing::DirListing;
 pub use locks::KernelLock;
+use submission::Job;
+pub use submission::Submission;
 pub use unstored::{Unstored, UnstoredFile};
 
 /// Settings of the file layer.
@@ -370,35 +373,12 @@ impl Vfs {
     /// failed earlier write once. In a shared pool it also commits them before it returns, so
     /// that a client opening the file next reads all of it (close-to-open).
     pub fn flush(&self, ino: u64) -> Result<()> {
-        if self.pool.client().is_some() {
-            return self.commit_file(ino, false);
-        }
-        let Some(node) = self.files.lock().get(&ino).cloned() else {
-            return Ok(());
-        };
-        if let Some(error) = node.state.lock().error.take() {
-            return Err(FsError::Deferred(error));
-        }
-        self.submit_dirty(&node);
-        Ok(())
+        self.flush_deferred(ino).map(Submission::submit)
     }
 
     /// The last close of a handle.
     pub fn release(&self, ino: u64, fh: u64) -> Result<()> {
-        self.handles.lock().remove(&fh);
-        let Some(node) = self.files.lock().get(&ino).cloned() else {
-            return Ok(());
-        };
-        let forget = {
-            let mut st = node.state.lock();
-            st.open = st.open.saturating_sub(1);
-            st.open == 0 && st.orphaned
-        };
-        if forget {
-            return self.forget_orphan(ino);
-        }
-        self.submit_dirty(&node);
-        Ok(())
+        self.release_deferred(ino, fh).map(Submission::submit)
     }
 
     /// Makes the file's data and metadata durable.

@@ -315,7 +315,8 @@ impl Vfs {
     }
 
     /// A write by `caller`; `unprivileged`: the kernel flagged the writer as lacking
-    /// CAP_FSETID, so the file's privileges go first ([`Vfs::drop_privileges`]).
+    /// CAP_FSETID, so the file's privileges go first ([`Vfs::drop_privileges`]). The records
+    /// the write filled come back as a [`Submission`], to submit after replying.
     pub fn write_by(
         &self,
         ino: u64,
@@ -323,11 +324,11 @@ impl Vfs {
         data: &[u8],
         unprivileged: bool,
         caller: Caller,
-    ) -> Result<usize> {
+    ) -> Result<(usize, Submission<'_>)> {
         if unprivileged {
             self.drop_privileges_now(ino, caller)?;
         }
-        self.write(ino, offset, data)
+        self.write_deferred(ino, offset, data)
     }
 
     /// An fallocate by `caller`: one other than root drops the file's privileges first.

@@ -11,6 +11,19 @@ impl Vfs {
     /// partial overwrite (EIO) ends the write there: a short write if bytes before it were
     /// written, else the error.
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<usize> {
+        let (written, submission) = self.write_deferred(ino, offset, data)?;
+        submission.submit();
+        Ok(written)
+    }
+
+    /// [`Vfs::write`] up to the submission: the bytes written, and the records the write filled
+    /// (taken for compression, not yet submitted).
+    pub(super) fn write_taking(
+        &self,
+        ino: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(usize, Arc<FileNode>, Vec<Job>)> {
         // Checked before every write (a look, or a bound on what the writes since the last one
         // can have used), not only by the periodic tick: a fast writer would otherwise fill the
         // host file system before the next tick, leaving no room for the metadata, for deletes
@@ -75,11 +88,10 @@ impl Vfs {
         // Noted once the bytes are in the buffers: a sweep that took an earlier mark may have
         // missed them, and this mark makes the next one cover them.
         self.pool.unsynced().note();
-        self.submit(&node, jobs);
         self.traffic
             .written
             .fetch_add(written as u64, Ordering::Relaxed);
-        Ok(written)
+        Ok((written, node, jobs))
     }
 
     /// The Dirty buffer of record `index`, created from its current contents (unless the caller
@@ -169,7 +181,7 @@ impl Vfs {
         node: &FileNode,
         st: &mut FileState,
         pick: impl Fn(u64) -> bool,
-    ) -> Vec<(u64, u64, Bytes, CodecSpec, JobOptions)> {
+    ) -> Vec<Job> {
         let picked: Vec<u64> = st
             .overlay
             .iter()
@@ -187,7 +199,7 @@ impl Vfs {
         node: &FileNode,
         st: &mut FileState,
         picked: Vec<u64>,
-    ) -> Vec<(u64, u64, Bytes, CodecSpec, JobOptions)> {
+    ) -> Vec<Job> {
         if picked.is_empty() {
             return Vec::new();
         }
@@ -220,11 +232,7 @@ impl Vfs {
     /// Hands `jobs` to the engine. Called without the node's lock: a record may complete (and be
     /// stored) on this thread before the engine's submit returns (codec `off`, a hole, a small
     /// record, see [`Engine::submit`](presso_codec::Engine::submit)).
-    pub(super) fn submit(
-        &self,
-        node: &Arc<FileNode>,
-        jobs: Vec<(u64, u64, Bytes, CodecSpec, JobOptions)>,
-    ) {
+    pub(super) fn submit(&self, node: &Arc<FileNode>, jobs: Vec<Job>) {
         for (index, generation, data, spec, options) in jobs {
             let node = node.clone();
             let pool = self.pool.clone();
