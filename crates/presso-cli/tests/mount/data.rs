@@ -325,3 +325,22 @@ fn truncated_bytes_never_come_back() {
     assert_file_eq(&otrunc, &one_z);
     assert_file_eq(&twice, &kept);
 }
+
+#[test]
+fn a_file_read_again_after_reopening_comes_from_the_kernels_cache() {
+    let f = Fixture::new("reread");
+    let data = fastq_like(503, 4 << 20);
+    std::fs::write(f.p("reads.fq"), &data).unwrap();
+    let read_bytes = || f.status()["throughput"]["read_bytes"].as_u64().unwrap();
+    // Each read opens the file anew, as `cat` or a pipeline's next step does.
+    assert_eq!(std::fs::read(f.p("reads.fq")).unwrap(), data);
+    let after_first = read_bytes();
+    assert_eq!(std::fs::read(f.p("reads.fq")).unwrap(), data);
+    let again = read_bytes() - after_first;
+    assert!(
+        again < data.len() as u64 / 2,
+        "reading the {} bytes again after reopening asked the daemon for {again}: the open \
+         dropped the pages the kernel had cached",
+        data.len()
+    );
+}

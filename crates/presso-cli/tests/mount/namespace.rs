@@ -272,3 +272,66 @@ fn names_missing_then_made_or_removed_show_at_once() {
     assert_eq!(std::fs::metadata(f.p("file")).unwrap().nlink(), 1);
     assert_eq!(std::fs::read(f.p("back")).unwrap(), b"moved");
 }
+
+/// The kernel keeps a directory's listing between opens; every change made through the mount
+/// must show in the next one.
+#[test]
+fn a_kept_listing_shows_every_change_made_since() {
+    let f = Fixture::new("listing");
+    std::fs::create_dir(f.p("d")).unwrap();
+    for i in 0..50 {
+        std::fs::write(f.p(&format!("d/f{i}")), b"x").unwrap();
+    }
+    let listing = || {
+        let mut names: Vec<String> = std::fs::read_dir(f.p("d"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    let mut expected: Vec<String> = (0..50).map(|i| format!("f{i}")).collect();
+    expected.sort();
+    assert_eq!(listing(), expected);
+    assert_eq!(listing(), expected, "the kept listing");
+
+    // Each change, then the names it adds to the listing and those it takes away.
+    type Change<'a> = (
+        &'a dyn Fn() -> std::io::Result<()>,
+        &'a [&'a str],
+        &'a [&'a str],
+    );
+    let changes: [Change; 8] = [
+        (&|| std::fs::write(f.p("d/new"), b"y"), &["new"], &[]),
+        (&|| std::fs::remove_file(f.p("d/f3")), &[], &["f3"]),
+        (
+            &|| std::fs::rename(f.p("d/f4"), f.p("d/renamed")),
+            &["renamed"],
+            &["f4"],
+        ),
+        (&|| std::fs::rename(f.p("d/f5"), f.p("moved")), &[], &["f5"]),
+        (
+            &|| std::fs::hard_link(f.p("moved"), f.p("d/linked")),
+            &["linked"],
+            &[],
+        ),
+        (&|| std::fs::create_dir(f.p("d/sub")), &["sub"], &[]),
+        (
+            &|| std::os::unix::fs::symlink("new", f.p("d/sym")),
+            &["sym"],
+            &[],
+        ),
+        (&|| std::fs::remove_dir(f.p("d/sub")), &[], &["sub"]),
+    ];
+    for (change, add, gone) in changes {
+        change().unwrap();
+        expected.retain(|n| !gone.contains(&n.as_str()));
+        expected.extend(add.iter().map(|n| n.to_string()));
+        expected.sort();
+        assert_eq!(
+            listing(),
+            expected,
+            "after adding {add:?} and removing {gone:?}"
+        );
+    }
+}

@@ -17,7 +17,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crossbeam_channel::{unbounded, Sender};
-use fuser::{INodeNo, Notifier};
+use fuser::{FopenFlags, INodeNo, Notifier};
 
 mod config;
 mod convert;
@@ -91,6 +91,28 @@ impl PressoFs {
             // Offset -1: attributes only; the open itself drops the cached pages. ENOENT (the
             // kernel no longer has the inode) needs nothing more.
             let _ = notifier.inval_inode(ino, -1, 0);
+        }
+    }
+
+    /// What the kernel may keep of a file it opens: its cached pages, when every change to the
+    /// pool passes through this kernel (a pool of its own), so that reading a file again after
+    /// reopening it needs no request. A shared pool's files may change on other clients: an
+    /// open there drops the pages (close-to-open).
+    fn file_cache(&self) -> FopenFlags {
+        if self.vfs.pool().client().is_none() {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        }
+    }
+
+    /// [`PressoFs::file_cache`] for a directory: the kernel may also keep its listing, and
+    /// serve the next one from memory. It drops the listing when it changes the directory.
+    fn listing_cache(&self) -> FopenFlags {
+        if self.vfs.pool().client().is_none() {
+            FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR
+        } else {
+            FopenFlags::empty()
         }
     }
 

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    BsdFileFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
-    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    BsdFileFlags, Errno, FileHandle, Filesystem, Generation, INodeNo, KernelConfig, LockOwner,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
 };
 use presso_meta::{FileKind, NewNode, SetAttr, Timespec};
 
@@ -208,7 +208,7 @@ impl Filesystem for PressoFs {
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         self.forget_cached_attributes(ino);
         match self.vfs.open(ino.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Ok(fh) => reply.opened(FileHandle(fh), self.file_cache()),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -378,7 +378,7 @@ impl Filesystem for PressoFs {
     }
 
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        reply.opened(FileHandle(self.vfs.opendir()), FopenFlags::empty());
+        reply.opened(FileHandle(self.vfs.opendir()), self.listing_cache());
     }
 
     fn releasedir(
@@ -513,7 +513,7 @@ impl Filesystem for PressoFs {
                 &file_attr(&a),
                 Generation(0),
                 FileHandle(fh),
-                FopenFlags::empty(),
+                self.file_cache(),
             ),
             Err(e) => reply.error(errno(&e)),
         }
