@@ -335,3 +335,24 @@ fn a_kept_listing_shows_every_change_made_since() {
         );
     }
 }
+
+/// The kernel keeps a symlink's target once read; a name that comes to hold another link must
+/// read as that one.
+#[test]
+fn a_symlink_read_again_shows_the_link_its_name_holds_now() {
+    let mut f = Fixture::new("symlinks");
+    let (a, b) = (f.p("a"), f.p("b"));
+    std::os::unix::fs::symlink("first/target", &a).unwrap();
+    for _ in 0..2 {
+        assert_eq!(std::fs::read_link(&a).unwrap(), Path::new("first/target"));
+    }
+    std::fs::remove_file(&a).unwrap();
+    std::os::unix::fs::symlink("second/target", &a).unwrap();
+    assert_eq!(std::fs::read_link(&a).unwrap(), Path::new("second/target"));
+    std::os::unix::fs::symlink("third/target", &b).unwrap();
+    assert_eq!(std::fs::read_link(&b).unwrap(), Path::new("third/target"));
+    std::fs::rename(&b, &a).unwrap();
+    assert_eq!(std::fs::read_link(&a).unwrap(), Path::new("third/target"));
+    f.remount(&[]);
+    assert_eq!(std::fs::read_link(&a).unwrap(), Path::new("third/target"));
+}

@@ -52,6 +52,9 @@ pub fn configure_kernel(config: &mut KernelConfig, shared: bool) {
     // file grow on another client.
     if !shared {
         let _ = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE);
+        // A symlink's target never changes, so the kernel may keep it in the link's page
+        // cache: reading the link again needs no READLINK.
+        let _ = config.add_capabilities(InitFlags::FUSE_CACHE_SYMLINKS);
     } else {
         // Locks must hold across clients, so they go to the daemon, which keeps them in the
         // metadata; with one daemon the kernel keeps them itself.
