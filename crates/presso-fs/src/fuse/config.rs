@@ -41,8 +41,8 @@ pub fn mount_config(
 }
 
 /// What the daemon asks of the kernel at INIT: large writes and read-ahead, the writeback cache
-/// (unless `shared`; locks instead), parallel directory operations, listings with attributes,
-/// and suid/sgid handling in the daemon.
+/// and cached symlink targets (unless `shared`; locks instead), parallel directory operations,
+/// listings with attributes, and suid/sgid handling in the daemon.
 pub fn configure_kernel(config: &mut KernelConfig, shared: bool) {
     let _ = config.set_max_write(1 << 20);
     let _ = config.set_max_readahead(1 << 20);
