@@ -3,9 +3,10 @@
 //! Routing a record, and compressing a short one, runs on the thread that submits it (see
 //! [`Engine::submit`](presso_codec::Engine::submit)). When that thread is a FUSE request thread,
 //! the caller of `close()` or of a write-back would wait for it: the kernel does not return
-//! until the request is answered. The request methods below therefore return the records they
-//! took as a [`Submission`], which the request thread submits once it has replied. The records
-//! are already Compressing (counted in flight), so an fsync or unmount meanwhile waits for them.
+//! until the request is answered. [`Vfs::write_deferred`] and the request methods below
+//! therefore return the records they took as a [`Submission`], which the request thread submits
+//! once it has replied. The records are already Compressing (counted in flight), so an fsync or
+//! unmount meanwhile waits for them.
 
 use super::*;
 
@@ -46,18 +47,6 @@ impl Drop for Submission<'_> {
 }
 
 impl Vfs {
-    /// [`Vfs::write`] for a request thread: the records the write filled are returned, to be
-    /// submitted after the reply.
-    pub fn write_deferred(
-        &self,
-        ino: u64,
-        offset: u64,
-        data: &[u8],
-    ) -> Result<(usize, Submission<'_>)> {
-        let (written, node, jobs) = self.write_taking(ino, offset, data)?;
-        Ok((written, Submission::new(self, node, jobs)))
-    }
-
     /// [`Vfs::flush`] for a request thread of a pool of its own: the file's partial records are
     /// returned, to be submitted after the reply. A shared pool's flush commits before it
     /// returns, so its submission is empty.

@@ -16,14 +16,14 @@ impl Vfs {
         Ok(written)
     }
 
-    /// [`Vfs::write`] up to the submission: the bytes written, and the records the write filled
-    /// (taken for compression, not yet submitted).
-    pub(super) fn write_taking(
+    /// [`Vfs::write`] for a request thread: the records the write filled are taken for
+    /// compression and returned as a [`Submission`], to be submitted after the reply.
+    pub fn write_deferred(
         &self,
         ino: u64,
         offset: u64,
         data: &[u8],
-    ) -> Result<(usize, Arc<FileNode>, Vec<Job>)> {
+    ) -> Result<(usize, Submission<'_>)> {
         // Checked before every write (a look, or a bound on what the writes since the last one
         // can have used), not only by the periodic tick: a fast writer would otherwise fill the
         // host file system before the next tick, leaving no room for the metadata, for deletes
@@ -91,7 +91,7 @@ impl Vfs {
         self.traffic
             .written
             .fetch_add(written as u64, Ordering::Relaxed);
-        Ok((written, node, jobs))
+        Ok((written, Submission::new(self, node, jobs)))
     }
 
     /// The Dirty buffer of record `index`, created from its current contents (unless the caller
