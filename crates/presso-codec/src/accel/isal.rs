@@ -31,14 +31,22 @@ pub struct IsalConfig {
     pub window: SizeWindow,
 }
 
-impl Default for IsalConfig {
-    fn default() -> Self {
-        let workers = crate::default_workers();
+impl IsalConfig {
+    /// `workers` threads (at least one), each with [`QUEUE_PER_WORKER`] jobs of queue, offloading
+    /// the default size window.
+    pub fn with_workers(workers: usize) -> Self {
+        let workers = workers.max(1);
         IsalConfig {
             workers,
             queue_depth: workers * QUEUE_PER_WORKER,
             window: SizeWindow::DEFAULT,
         }
+    }
+}
+
+impl Default for IsalConfig {
+    fn default() -> Self {
+        IsalConfig::with_workers(crate::default_workers())
     }
 }
 

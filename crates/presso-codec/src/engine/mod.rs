@@ -283,9 +283,8 @@ pub fn default_accelerator(
     #[cfg(feature = "isal")]
     {
         let config = crate::accel::isal::IsalConfig {
-            workers: workers.max(1),
-            queue_depth: workers.max(1) * crate::accel::isal::QUEUE_PER_WORKER,
             window,
+            ..crate::accel::isal::IsalConfig::with_workers(workers)
         };
         crate::accel::isal::IsalAccelerator::start(config)
             .map(|a| Arc::new(a) as Arc<dyn Accelerator>)
