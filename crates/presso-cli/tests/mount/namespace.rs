@@ -273,10 +273,9 @@ fn names_missing_then_made_or_removed_show_at_once() {
     assert_eq!(std::fs::read(f.p("back")).unwrap(), b"moved");
 }
 
-/// The kernel keeps a directory's listing between opens; every change made through the mount
-/// must show in the next one.
+/// Every change made through the mount shows in the next listing of the directory.
 #[test]
-fn a_kept_listing_shows_every_change_made_since() {
+fn a_listing_shows_every_change_made_since_the_last() {
     let f = Fixture::new("listing");
     std::fs::create_dir(f.p("d")).unwrap();
     for i in 0..50 {
@@ -293,7 +292,7 @@ fn a_kept_listing_shows_every_change_made_since() {
     let mut expected: Vec<String> = (0..50).map(|i| format!("f{i}")).collect();
     expected.sort();
     assert_eq!(listing(), expected);
-    assert_eq!(listing(), expected, "the kept listing");
+    assert_eq!(listing(), expected, "listed again");
 
     // Each change, then the names it adds to the listing and those it takes away.
     type Change<'a> = (
@@ -355,4 +354,35 @@ fn a_symlink_read_again_shows_the_link_its_name_holds_now() {
     assert_eq!(std::fs::read_link(&a).unwrap(), Path::new("third/target"));
     f.remount(&[]);
     assert_eq!(std::fs::read_link(&a).unwrap(), Path::new("third/target"));
+}
+
+/// A listing the kernel kept from an earlier open, read in part when the kernel drops what it
+/// kept: the rest comes from the daemon, resuming at a cookie of the kept listing. The daemon
+/// must answer every cookie it ever handed out for the directory, not only those of the open
+/// that reads (the listing went on with EINVAL when the kernel kept listings whose cookies only
+/// the handle that made them knew).
+#[test]
+fn a_listing_read_across_a_cache_drop_goes_on_to_its_end() {
+    let f = Fixture::new("listing-dropped");
+    let dir = f.p("d");
+    std::fs::create_dir(&dir).unwrap();
+    let name = |i: usize| format!("{i:05}-{}", "n".repeat(100));
+    for i in 0..2000 {
+        std::fs::write(dir.join(name(i)), b"x").unwrap();
+    }
+    // Read whole, twice: whatever the kernel keeps of a listing, it has it all now.
+    for _ in 0..2 {
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2000);
+    }
+    let mut listing = std::fs::read_dir(&dir).unwrap();
+    let first = listing.next().expect("an entry").unwrap();
+    std::fs::write("/proc/sys/vm/drop_caches", "1").expect("dropping caches needs root");
+    let mut names = vec![first.file_name()];
+    for entry in listing {
+        let entry = entry.unwrap_or_else(|e| panic!("entry {} of the listing: {e}", names.len()));
+        names.push(entry.file_name());
+    }
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), 2000, "every entry once");
 }

@@ -106,16 +106,6 @@ impl PressoFs {
         }
     }
 
-    /// [`PressoFs::file_cache`] for a directory: the kernel may also keep its listing, and
-    /// serve the next one from memory. It drops the listing when it changes the directory.
-    fn listing_cache(&self) -> FopenFlags {
-        if self.vfs.pool().client().is_none() {
-            FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR
-        } else {
-            FopenFlags::empty()
-        }
-    }
-
     fn spawn(&self, task: impl FnOnce(Arc<Vfs>) + Send + 'static) {
         let vfs = self.vfs.clone();
         let _ = self.tasks.send(Box::new(move || task(vfs)));
