@@ -22,6 +22,10 @@ pub(super) struct DirListing {
     /// asks for replies of one size, so the next reply asks the metadata for about as many,
     /// not for a whole [`PAGE`] of which a one-page reply would use a twentieth.
     fits: usize,
+    /// The cookie of the last entry of a pass that reached the directory's end, if one did.
+    /// The kernel asks once more from there and stops at the empty reply: that reply needs no
+    /// query. (Entries made since may or may not be listed, as POSIX leaves it.)
+    ended_at: Option<u64>,
 }
 
 impl DirListing {
@@ -123,6 +127,9 @@ impl Vfs {
     ) -> Result<()> {
         let mut listing = self.listings.lock().remove(&fh).unwrap_or_default();
         let result = (|| {
+            if offset >= 2 && listing.ended_at == Some(offset) {
+                return Ok(());
+            }
             if offset < 1 {
                 listing = DirListing::default();
                 if add(&dot(ino)?, 1, b".") {
@@ -151,6 +158,8 @@ impl Vfs {
                 )
             };
             listing.next_cookie = listing.next_cookie.max(3);
+            // The cookie the kernel resumes from after this reply.
+            let mut last = offset.max(2);
             let mut want = listing.first_page();
             let mut taken = 0;
             loop {
@@ -163,10 +172,12 @@ impl Vfs {
                         listing.fits = taken;
                         return Ok(());
                     }
+                    last = cookie;
                     taken += 1;
                 }
                 // A page shorter than asked for is the directory's end.
                 if batch.len() < want {
+                    listing.ended_at = Some(last);
                     return Ok(());
                 }
                 after = batch.last().map(|(name, _)| name.clone());

@@ -11,11 +11,13 @@ use super::orphan_tests::{open_pool, uncompressed_pool};
 use super::{Vfs, VfsConfig};
 
 /// What a simulated kernel saw listing a directory of `names` with replies of `capacity`
-/// entries: the names listed, the rows the metadata returned and the largest page asked for.
+/// entries: the names listed, the rows the metadata returned, the largest page asked for and
+/// the number of queries.
 struct Listed {
     names: Vec<Vec<u8>>,
     rows: usize,
     largest_page: usize,
+    queries: usize,
 }
 
 /// One reply as the kernel fills it: room for `capacity` entries.
@@ -63,8 +65,10 @@ fn is_dot(name: &[u8]) -> bool {
 fn list(vfs: &Vfs, names: &[Vec<u8>], capacity: usize) -> Listed {
     let rows = Cell::new(0);
     let largest_page = Cell::new(0);
+    let queries = Cell::new(0);
     let page = |after: Option<&[u8]>, limit: usize| {
         largest_page.set(largest_page.get().max(limit));
+        queries.set(queries.get() + 1);
         let from = after.map_or(0, |a| names.partition_point(|n| n.as_slice() <= a));
         let batch: Vec<_> = names[from..]
             .iter()
@@ -100,6 +104,7 @@ fn list(vfs: &Vfs, names: &[Vec<u8>], capacity: usize) -> Listed {
         names: listed,
         rows: rows.get(),
         largest_page: largest_page.get(),
+        queries: queries.get(),
     }
 }
 
@@ -152,6 +157,19 @@ fn each_reply_asks_the_metadata_for_about_what_it_takes() {
     let got = list(&vfs, &all, 300);
     assert_eq!(got.names, all);
     assert!(got.rows <= all.len() * 3 / 2, "{} rows", got.rows);
+}
+
+#[test]
+fn the_request_after_a_listings_end_asks_the_metadata_nothing() {
+    let vfs = vfs();
+    // The kernel asks until a reply comes back empty: a directory that fits one reply takes two
+    // requests, and only the first needs the metadata, whose page came back short.
+    for count in [0, 1, 17] {
+        let all = names(count);
+        let got = list(&vfs, &all, 100);
+        assert_eq!(got.names, all);
+        assert_eq!(got.queries, 1, "{count} names");
+    }
 }
 
 #[test]
