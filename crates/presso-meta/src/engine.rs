@@ -26,7 +26,7 @@ use std::ops::Range;
 
 use crate::clients::CLIENTS_INO;
 use crate::error::{MetaError, Result};
-use crate::types::Attr;
+use crate::types::{Attr, ListAfter};
 
 /// Inode number of the root directory.
 pub const ROOT_INO: u64 = 1;
@@ -217,6 +217,13 @@ pub struct RecordLocation {
     pub rec: RecordRef,
 }
 
+/// The `(hash, name)` a listing continues after, as SQL parameters: before every entry when
+/// `None` (every stored hash is at least [`FIRST_NAME_HASH`](crate::FIRST_NAME_HASH), and no
+/// name is empty). Hashes are below 2^63, so they keep their order as signed integers.
+pub(crate) fn listing_position<'a>(after: Option<ListAfter<'a>>) -> (i64, &'a [u8]) {
+    after.map_or((0, &[][..]), |a| (a.hash as i64, a.name))
+}
+
 /// A storage engine: hands out transactions.
 pub trait MetaEngine: Send + Sync {
     /// Begins a read-only transaction.
@@ -287,12 +294,13 @@ pub trait Txn {
     fn put_dentry(&mut self, parent: u64, name: &[u8], entry: Dentry) -> Result<()>;
     /// Deletes a directory entry.
     fn delete_dentry(&mut self, parent: u64, name: &[u8]) -> Result<bool>;
-    /// Lists up to `limit` entries of `parent` whose names sort strictly after `after`, in name
-    /// order; fewer only when no more follow.
+    /// Lists up to `limit` entries of `parent` after `after` (from the start if `None`), in
+    /// listing order: by [`name_hash`](crate::name_hash), then by name; fewer only when no more
+    /// follow.
     fn list_dentries(
         &mut self,
         parent: u64,
-        after: Option<&[u8]>,
+        after: Option<ListAfter<'_>>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Dentry)>>;
     /// [`Txn::list_dentries`] with the inode row each entry names (`None` when there is none,
@@ -300,7 +308,7 @@ pub trait Txn {
     fn list_dentries_with_inodes(
         &mut self,
         parent: u64,
-        after: Option<&[u8]>,
+        after: Option<ListAfter<'_>>,
         limit: usize,
     ) -> Result<Vec<ListedDentry>> {
         let entries = self.list_dentries(parent, after, limit)?;

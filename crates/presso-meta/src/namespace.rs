@@ -5,8 +5,8 @@ use crate::accounting::account_dropped;
 use crate::engine::{Dentry, FileKind, InodeRow, RecordRef, Timespec, Txn, COUNTER_NEXT_INODE};
 use crate::error::{MetaError, Result};
 use crate::{
-    Attr, DirEntry, LinkFate, MetaStore, NewNode, SetAttr, Unlinked, LINK_MAX, NAME_MAX, ROOT_INO,
-    SYMLINK_MAX,
+    Attr, DirEntry, LinkFate, ListAfter, MetaStore, NewNode, SetAttr, Unlinked, LINK_MAX, NAME_MAX,
+    ROOT_INO, SYMLINK_MAX,
 };
 
 /// Refuses names POSIX does not allow in a directory.
@@ -402,10 +402,15 @@ impl MetaStore {
         })
     }
 
-    /// Up to `limit` entries of directory `ino` whose names sort after `after` (byte order).
-    /// Fewer than `limit` only when no more follow; pass the last returned name as `after` to
-    /// continue.
-    pub fn readdir(&self, ino: u64, after: Option<&[u8]>, limit: usize) -> Result<Vec<DirEntry>> {
+    /// Up to `limit` entries of directory `ino` after `after`, in listing order (see
+    /// [`name_hash`](crate::name_hash)). Fewer than `limit` only when no more follow; pass
+    /// [`ListAfter::entry`] of the last returned name to continue.
+    pub fn readdir(
+        &self,
+        ino: u64,
+        after: Option<ListAfter<'_>>,
+        limit: usize,
+    ) -> Result<Vec<DirEntry>> {
         self.read(|tx| {
             dir(tx, ino)?;
             Ok(tx
@@ -422,7 +427,7 @@ impl MetaStore {
     pub fn readdir_plus(
         &self,
         ino: u64,
-        after: Option<&[u8]>,
+        after: Option<ListAfter<'_>>,
         limit: usize,
     ) -> Result<Vec<(DirEntry, Option<Attr>)>> {
         self.read(|tx| {
@@ -511,7 +516,7 @@ impl MetaStore {
 fn name_in(tx: &mut dyn Txn, parent: u64, ino: u64) -> Result<Option<Vec<u8>>> {
     let mut after: Option<Vec<u8>> = None;
     loop {
-        let batch = tx.list_dentries(parent, after.as_deref(), 1024)?;
+        let batch = tx.list_dentries(parent, after.as_deref().map(ListAfter::entry), 1024)?;
         let Some((last, _)) = batch.last() else {
             return Ok(None);
         };

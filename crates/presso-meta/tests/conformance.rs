@@ -14,9 +14,10 @@ use presso_meta::postgres::test_server::TestServer;
 use presso_meta::postgres::{PostgresEngine, PostgresOptions};
 use presso_meta::sqlite::SqliteEngine;
 use presso_meta::{
-    ClientSession, CodecSpace, EffectiveProp, FileKind, LinkFate, MetaEngine, MetaError, MetaStore,
-    NewNode, RecordLocation, RecordRef, SegmentUsage, SetAttr, SpaceUsage, SqliteOptions,
-    Synchronous, Timespec, TxgOp, TxgOutcome, XattrFlags, LINK_MAX, POOL_INO, ROOT_INO,
+    name_hash, ClientSession, CodecSpace, EffectiveProp, FileKind, LinkFate, ListAfter, MetaEngine,
+    MetaError, MetaStore, NewNode, RecordLocation, RecordRef, SegmentUsage, SetAttr, SpaceUsage,
+    SqliteOptions, Synchronous, Timespec, TxgOp, TxgOutcome, XattrFlags, LINK_MAX, POOL_INO,
+    ROOT_INO,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -516,12 +517,26 @@ fn nlink(s: &MetaStore, ino: u64) -> u32 {
     s.getattr(ino).expect("getattr").nlink
 }
 
+/// The names `dir` lists, sorted.
 fn names(s: &MetaStore, dir: u64) -> Vec<String> {
+    let mut names: Vec<String> = listed(s, dir);
+    names.sort();
+    names
+}
+
+/// The names `dir` lists, in listing order.
+fn listed(s: &MetaStore, dir: u64) -> Vec<String> {
     s.readdir(dir, None, usize::MAX)
         .expect("readdir")
         .into_iter()
         .map(|e| String::from_utf8(e.name).unwrap())
         .collect()
+}
+
+/// `names` in listing order: by `name_hash`, then name.
+fn in_listing_order(mut names: Vec<String>) -> Vec<String> {
+    names.sort_by_key(|n| (name_hash(n.as_bytes()), n.clone()));
+    names
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1239,13 +1254,14 @@ fn readdir_plus_gives_what_lookup_gives(s: &MetaStore) {
     let mut got = Vec::new();
     let mut after: Option<Vec<u8>> = None;
     loop {
-        let page = s.readdir_plus(d, after.as_deref(), 4).unwrap();
+        let from = after.as_deref().map(ListAfter::entry);
+        let page = s.readdir_plus(d, from, 4).unwrap();
         if page.is_empty() {
             break;
         }
         assert!(page.len() <= 4);
         // The same entries as a plain listing of the same page.
-        let plain = s.readdir(d, after.as_deref(), 4).unwrap();
+        let plain = s.readdir(d, from, 4).unwrap();
         let entries: Vec<_> = page.iter().map(|(e, _)| e.clone()).collect();
         assert_eq!(entries, plain);
         after = Some(page.last().unwrap().0.name.clone());
@@ -1254,9 +1270,12 @@ fn readdir_plus_gives_what_lookup_gives(s: &MetaStore) {
             got.push(String::from_utf8(e.name).unwrap());
         }
     }
-    assert_eq!(got, names(s, d));
+    assert_eq!(got, listed(s, d));
     assert_eq!(got.len(), 14);
-    let f2 = s.readdir_plus(d, Some(b"f"), 1).unwrap();
+    let f2 = s
+        .readdir_plus(d, Some(ListAfter::hash(name_hash(b"f2"))), 1)
+        .unwrap();
+    assert_eq!(f2[0].0.name, b"f2");
     assert_eq!((f2[0].0.ino, f2[0].1.as_ref().unwrap().nlink), (f, 2));
     assert_eq!(s.readdir_plus(f, None, 10), Err(MetaError::NotDir));
     assert_eq!(s.readdir_plus(9999, None, 10), Err(MetaError::NotFound));
@@ -1272,14 +1291,16 @@ fn readdir_pagination(s: &MetaStore) {
             file(s, d, n);
         }
     }
-    // a longer name sharing a prefix sorts right after its prefix
     file(s, d, "n00x");
-    expect.insert(1, "n00x".into());
+    expect.push("n00x".into());
+    let expect = in_listing_order(expect);
     let mut got = Vec::new();
     let mut after: Option<Vec<u8>> = None;
     let mut pages = 0;
     loop {
-        let page = s.readdir(d, after.as_deref(), 7).unwrap();
+        let page = s
+            .readdir(d, after.as_deref().map(ListAfter::entry), 7)
+            .unwrap();
         if page.is_empty() {
             break;
         }
@@ -1294,9 +1315,25 @@ fn readdir_pagination(s: &MetaStore) {
     }
     assert_eq!(pages, 4);
     assert_eq!(got, expect);
-    assert_eq!(s.readdir(d, Some(b"zzz"), 10).unwrap(), vec![]);
+    let past_every_hash = ListAfter::hash(u64::MAX >> 1);
+    assert_eq!(s.readdir(d, Some(past_every_hash), 10).unwrap(), vec![]);
     assert_eq!(s.readdir(d, None, 0).unwrap(), vec![]);
-    assert_eq!(s.readdir(d, Some(b"n23"), 10).unwrap().len(), 1);
+    for (i, name) in expect.iter().enumerate() {
+        let rest: Vec<String> = expect[i + 1..].iter().take(3).cloned().collect();
+        let after_entry = s
+            .readdir(d, Some(ListAfter::entry(name.as_bytes())), 3)
+            .unwrap();
+        let after_entry: Vec<String> = after_entry
+            .into_iter()
+            .map(|e| String::from_utf8(e.name).unwrap())
+            .collect();
+        assert_eq!(after_entry, rest, "after {name}");
+        // A position known only by its hash resumes at the entry of that hash.
+        let at_hash = s
+            .readdir(d, Some(ListAfter::hash(name_hash(name.as_bytes()))), 1)
+            .unwrap();
+        assert_eq!(at_hash[0].name, name.as_bytes());
+    }
     assert_eq!(names(s, ROOT_INO), ["d"]);
     let f = s.lookup(d, b"n01").unwrap().ino;
     assert_eq!(s.readdir(f, None, 10), Err(MetaError::NotDir));
@@ -2973,13 +3010,56 @@ fn sqlite_adds_missing_indexes_to_existing_databases() {
         let v: i64 = c
             .query_row("SELECT version FROM meta_version", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(v, 1);
+        assert_eq!(v, i64::from(presso_meta::SCHEMA_VERSION));
     }
     assert_eq!(
         s.segment_usage().unwrap(),
         BTreeMap::from([(4, usage(1, 40))])
     );
     assert_eq!(s.purge_orphans().unwrap(), vec![rec(4, 40, 40)]);
+    drop(s);
+    remove_db(&path);
+}
+
+#[test]
+fn sqlite_orders_the_entries_of_a_version_1_database_by_hash() {
+    let path = temp_db_path("version1");
+    let s = MetaStore::create_sqlite(&path).unwrap();
+    s.init().unwrap();
+    let d = mkdir(&s, ROOT_INO, "d");
+    let mut made: Vec<String> = (0..300).map(|i| format!("n{i}")).collect();
+    for n in &made {
+        file(&s, d, n);
+    }
+    drop(s);
+    {
+        // The layout version 1 had: entries keyed by name, without their hash.
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch(
+            "CREATE TABLE old (parent INTEGER NOT NULL, name BLOB NOT NULL, ino INTEGER NOT NULL,
+                 kind INTEGER NOT NULL, PRIMARY KEY (parent, name)) WITHOUT ROWID;
+             INSERT INTO old SELECT parent, name, ino, kind FROM dentries;
+             DROP TABLE dentries;
+             ALTER TABLE old RENAME TO dentries;
+             UPDATE meta_version SET version = 1;",
+        )
+        .unwrap();
+    }
+    let s = MetaStore::open_sqlite(&path).unwrap();
+    let v: i64 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("SELECT version FROM meta_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(v, i64::from(presso_meta::SCHEMA_VERSION));
+    made = in_listing_order(made);
+    assert_eq!(listed(&s, d), made);
+    assert_eq!(names(&s, ROOT_INO), ["d"]);
+    for n in &made {
+        assert_eq!(s.lookup(d, n.as_bytes()).unwrap().kind, FileKind::File);
+    }
+    s.unlink(d, made[7].as_bytes(), &|_| false).unwrap();
+    file(&s, d, "new");
+    assert!(names(&s, d).contains(&"new".to_string()));
     drop(s);
     remove_db(&path);
 }

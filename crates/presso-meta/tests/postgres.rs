@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use postgres::{Client, NoTls};
 use presso_meta::postgres::test_server::TestServer;
 use presso_meta::postgres::{PostgresOptions, PostgresTarget, PG_SCHEMA_VERSION};
-use presso_meta::{MetaError, MetaStore, NewNode, ROOT_INO};
+use presso_meta::{name_hash, ListAfter, MetaError, MetaStore, NewNode, ROOT_INO};
 
 fn sql(server: &TestServer) -> Client {
     Client::connect(&server.conninfo(), NoTls).expect("connect")
@@ -97,9 +97,12 @@ fn opening_a_schema_without_a_pool_is_refused_before_writing() {
 fn a_newer_schema_is_refused_and_an_older_one_migrated() {
     let server = TestServer::shared();
     let (target, store) = new_pool(server, "versions");
-    store
-        .make_node(ROOT_INO, b"f", &NewNode::file(0o600, 0, 0))
-        .unwrap();
+    let names: Vec<Vec<u8>> = (0..50).map(|i| format!("f{i}").into_bytes()).collect();
+    for name in &names {
+        store
+            .make_node(ROOT_INO, name, &NewNode::file(0o600, 0, 0))
+            .unwrap();
+    }
     drop(store);
     let schema = &target.schema;
     let mut c = sql(server);
@@ -122,9 +125,14 @@ fn a_newer_schema_is_refused_and_an_older_one_migrated() {
         "{opened:?}"
     );
 
-    // Version 1 had no index of extended attributes by name; opening adds it.
+    // Version 1 had no index of extended attributes by name, and its directory entries were
+    // keyed by name alone; opening adds the index and orders the entries by hash.
     c.batch_execute(&format!(
-        "DROP INDEX {schema}.xattrs_by_name; UPDATE {schema}.meta_version SET version = 1"
+        "DROP INDEX {schema}.xattrs_by_name;
+         ALTER TABLE {schema}.dentries DROP CONSTRAINT dentries_pkey;
+         ALTER TABLE {schema}.dentries DROP COLUMN hash;
+         ALTER TABLE {schema}.dentries ADD PRIMARY KEY (parent, name);
+         UPDATE {schema}.meta_version SET version = 1"
     ))
     .unwrap();
     let store = MetaStore::open_postgres(&target, &Default::default()).unwrap();
@@ -137,7 +145,23 @@ fn a_newer_schema_is_refused_and_an_older_one_migrated() {
         .unwrap()
         .get(0);
     assert!(indexed);
-    assert!(store.lookup(ROOT_INO, b"f").is_ok(), "data kept");
+    for name in &names {
+        assert!(store.lookup(ROOT_INO, name).is_ok(), "data kept");
+    }
+    let mut in_order = names.clone();
+    in_order.sort_by_key(|n| (name_hash(n), n.clone()));
+    let listed: Vec<Vec<u8>> = store
+        .readdir(ROOT_INO, None, 100)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(listed, in_order);
+    let middle = &in_order[20];
+    let resumed = store
+        .readdir(ROOT_INO, Some(ListAfter::hash(name_hash(middle))), 1)
+        .unwrap();
+    assert_eq!(&resumed[0].name, middle);
 }
 
 #[test]

@@ -5,7 +5,8 @@
 use std::ops::RangeBounds;
 
 use presso_meta::{
-    Attr, DirEntry, LinkFate, MetaError, NewNode, RecordRef, SetAttr, Unlinked, XattrFlags,
+    Attr, DirEntry, LinkFate, ListAfter, MetaError, NewNode, RecordRef, SetAttr, Unlinked,
+    XattrFlags,
 };
 
 use super::Pool;
@@ -139,17 +140,22 @@ impl Pool {
         }
     }
 
-    /// Lists a directory after `after` (exclusive).
-    pub fn readdir(&self, ino: u64, after: Option<&[u8]>, limit: usize) -> Result<Vec<DirEntry>> {
+    /// Lists a directory after `after`, in listing order ([`presso_meta::name_hash`]).
+    pub fn readdir(
+        &self,
+        ino: u64,
+        after: Option<ListAfter<'_>>,
+        limit: usize,
+    ) -> Result<Vec<DirEntry>> {
         Ok(self.meta.readdir(ino, after, limit)?)
     }
 
-    /// Lists a directory after `after` (exclusive), with each entry's committed attributes
-    /// (`None` where the metadata lacks them).
+    /// [`Pool::readdir`] with each entry's committed attributes (`None` where the metadata
+    /// lacks them).
     pub fn readdir_plus(
         &self,
         ino: u64,
-        after: Option<&[u8]>,
+        after: Option<ListAfter<'_>>,
         limit: usize,
     ) -> Result<Vec<(DirEntry, Option<Attr>)>> {
         Ok(self.meta.readdir_plus(ino, after, limit)?)

@@ -12,12 +12,15 @@ const PAGE: usize = 512;
 /// `max_pages` at a time (128 KiB here, some 800 such entries); the pages then double.
 const FIRST_PAGE: usize = 32;
 
-/// Where the listing of one open directory stands: the name each cookie handed to the kernel
-/// resumes after. Holds the names of one pass over the directory.
+/// Where the listing of one open directory stands. Its cookies need no table: each entry's is
+/// its [`name_hash`], which says where it sits in the directory's listing order, so any handle
+/// can resume from a cookie any other handle handed out (the kernel does, when it keeps a
+/// listing and drops part of it).
 #[derive(Default)]
 pub(super) struct DirListing {
-    after: HashMap<u64, Vec<u8>>,
-    next_cookie: u64,
+    /// The cookie and name of the last entry handed out: resuming from that cookie continues
+    /// exactly after the name, even past another name of the same hash.
+    last: Option<(u64, Vec<u8>)>,
     /// How many entries the last reply that filled up took (0: none filled up yet). The kernel
     /// asks for replies of one size, so the next reply asks the metadata for about as many,
     /// not for a whole [`PAGE`] of which a one-page reply would use a twentieth.
@@ -53,9 +56,9 @@ impl Vfs {
 
     /// Lists directory `ino` through handle `fh` from `offset` (0 = the start, a new pass),
     /// calling `add(ino, cookie, kind, name)` for each entry until it returns `true` (the reply
-    /// is full). Cookies 1 and 2 are `.` and `..`; from 3 on, each names the entry it resumes
-    /// after, so entries removed meanwhile do not shift the rest (resuming by position skipped
-    /// entries when a program unlinked entries as it read them).
+    /// is full). Cookies 1 and 2 are `.` and `..`; every other is the [`name_hash`] of the
+    /// entry it resumes after, so entries removed or made meanwhile shift nothing (resuming by
+    /// position skipped entries when a program unlinked entries as it read them).
     pub fn readdir_from(
         &self,
         ino: u64,
@@ -112,7 +115,7 @@ impl Vfs {
     }
 
     /// The listing both kinds share: `dot(ino)` describes `.` and `..`, `page(after, limit)`
-    /// gives at most `limit` entries after a name (fewer only at the directory's end), `add`
+    /// gives at most `limit` entries after a position (fewer only at the directory's end), `add`
     /// takes each until the reply is full. The handle's state is taken out of the map while
     /// listing, so listings of other handles, and metadata reads, never wait on each other (the
     /// kernel sends one request at a time per handle).
@@ -122,7 +125,7 @@ impl Vfs {
         fh: u64,
         offset: u64,
         dot: impl Fn(u64) -> Result<E>,
-        page: impl Fn(Option<&[u8]>, usize) -> Result<Vec<(Vec<u8>, E)>>,
+        page: impl Fn(Option<ListAfter<'_>>, usize) -> Result<Vec<(Vec<u8>, E)>>,
         mut add: impl FnMut(&E, u64, &[u8]) -> bool,
     ) -> Result<()> {
         let mut listing = self.listings.lock().remove(&fh).unwrap_or_default();
@@ -146,45 +149,70 @@ impl Vfs {
                     return Ok(());
                 }
             }
-            let mut after = if offset <= 2 {
-                None
-            } else {
-                Some(
-                    listing
-                        .after
-                        .get(&offset)
-                        .cloned()
-                        .ok_or(FsError::BadArgument("unknown directory offset"))?,
-                )
-            };
-            listing.next_cookie = listing.next_cookie.max(3);
+            let mut after: Option<(u64, Vec<u8>)> = None;
+            // Resuming from a cookie this handle did not hand out last: the first entries of
+            // that hash, one of which the cookie was handed out for.
+            let mut from_hash = None;
+            if offset > 2 {
+                match &listing.last {
+                    Some((cookie, name)) if *cookie == offset => {
+                        after = Some((offset, name.clone()))
+                    }
+                    _ => from_hash = Some(offset),
+                }
+            }
             // The cookie the kernel resumes from after this reply.
             let mut last = offset.max(2);
             let mut want = listing.first_page();
             let mut taken = 0;
             loop {
-                let batch = page(after.as_deref(), want)?;
+                let position = match (&after, from_hash) {
+                    (Some((hash, name)), _) => Some(ListAfter { hash: *hash, name }),
+                    (None, Some(hash)) => Some(ListAfter::hash(hash)),
+                    (None, None) => None,
+                };
+                let mut batch = page(position, want)?;
+                // A page shorter than asked for is the directory's end.
+                let at_end = batch.len() < want;
+                let next = batch
+                    .last()
+                    .map(|(name, _)| (name_hash(name), name.clone()));
+                if let Some(hash) = from_hash.take() {
+                    skip_the_named_entry(&mut batch, hash);
+                }
                 for (name, entry) in &batch {
-                    let cookie = listing.next_cookie;
-                    listing.next_cookie += 1;
-                    listing.after.insert(cookie, name.clone());
+                    let cookie = name_hash(name);
                     if add(entry, cookie, name) {
                         listing.fits = taken;
                         return Ok(());
                     }
                     last = cookie;
+                    listing.last = Some((cookie, name.clone()));
                     taken += 1;
                 }
-                // A page shorter than asked for is the directory's end.
-                if batch.len() < want {
+                if at_end {
                     listing.ended_at = Some(last);
                     return Ok(());
                 }
-                after = batch.last().map(|(name, _)| name.clone());
+                after = next;
                 want = (want * 2).min(PAGE);
             }
         })();
         self.listings.lock().insert(fh, listing);
         result
+    }
+}
+
+/// Drops, from a page read from the first entry of hash `hash` on, the entry a cookie of that
+/// hash was handed out for: the one entry of that hash, if it is still there. Two names of one
+/// hash (a chance of 2^-63 for a pair) are both kept, so a listing resumed between them by
+/// another handle may show one of them twice, but never skips one.
+fn skip_the_named_entry<E>(batch: &mut Vec<(Vec<u8>, E)>, hash: u64) {
+    let same = batch
+        .iter()
+        .take_while(|(name, _)| name_hash(name) == hash)
+        .count();
+    if same == 1 {
+        batch.remove(0);
     }
 }

@@ -5,7 +5,7 @@
 use std::cell::Cell;
 use std::sync::Arc;
 
-use presso_meta::{NewNode, ROOT_INO};
+use presso_meta::{name_hash, ListAfter, NewNode, ROOT_INO};
 
 use super::orphan_tests::{open_pool, uncompressed_pool};
 use super::{Vfs, VfsConfig};
@@ -40,10 +40,9 @@ impl Reply {
     }
 }
 
-/// Lists as the kernel does: `request(offset, reply)` makes one request, each resuming after
-/// the last cookie the reply before took, until a reply comes back empty.
-fn by_replies(capacity: usize, mut request: impl FnMut(u64, &mut Reply)) {
-    let mut offset = 0;
+/// Lists as the kernel does from `offset`: `request(offset, reply)` makes one request, each
+/// resuming after the last cookie the reply before took, until a reply comes back empty.
+fn by_replies(mut offset: u64, capacity: usize, mut request: impl FnMut(u64, &mut Reply)) {
     loop {
         let mut reply = Reply {
             capacity,
@@ -62,14 +61,31 @@ fn is_dot(name: &[u8]) -> bool {
     name == b"." || name == b".."
 }
 
+/// `names` in listing order, as the metadata keeps them: by hash, then name.
+fn in_listing_order(mut names: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    names.sort_by_key(|n| (name_hash(n), n.clone()));
+    names
+}
+
+/// Lists `names` (in listing order) through handle `fh`, `capacity` entries a reply, from
+/// `offset`, as the metadata would give them.
 fn list(vfs: &Vfs, names: &[Vec<u8>], capacity: usize) -> Listed {
+    let fh = vfs.opendir();
+    let listed = list_through(vfs, fh, 0, names, capacity);
+    vfs.releasedir(fh);
+    listed
+}
+
+fn list_through(vfs: &Vfs, fh: u64, offset: u64, names: &[Vec<u8>], capacity: usize) -> Listed {
     let rows = Cell::new(0);
     let largest_page = Cell::new(0);
     let queries = Cell::new(0);
-    let page = |after: Option<&[u8]>, limit: usize| {
+    let page = |after: Option<ListAfter<'_>>, limit: usize| {
         largest_page.set(largest_page.get().max(limit));
         queries.set(queries.get() + 1);
-        let from = after.map_or(0, |a| names.partition_point(|n| n.as_slice() <= a));
+        let from = after.map_or(0, |a| {
+            names.partition_point(|n| (name_hash(n), n.as_slice()) <= (a.hash, a.name))
+        });
         let batch: Vec<_> = names[from..]
             .iter()
             .take(limit)
@@ -78,9 +94,8 @@ fn list(vfs: &Vfs, names: &[Vec<u8>], capacity: usize) -> Listed {
         rows.set(rows.get() + batch.len());
         Ok(batch)
     };
-    let fh = vfs.opendir();
     let mut listed = Vec::new();
-    by_replies(capacity, |offset, reply| {
+    by_replies(offset, capacity, |offset, reply| {
         vfs.list_from(
             ROOT_INO,
             fh,
@@ -99,7 +114,6 @@ fn list(vfs: &Vfs, names: &[Vec<u8>], capacity: usize) -> Listed {
         )
         .expect("list")
     });
-    vfs.releasedir(fh);
     Listed {
         names: listed,
         rows: rows.get(),
@@ -108,10 +122,13 @@ fn list(vfs: &Vfs, names: &[Vec<u8>], capacity: usize) -> Listed {
     }
 }
 
+/// `count` names, in listing order.
 fn names(count: usize) -> Vec<Vec<u8>> {
-    (0..count)
-        .map(|i| format!("f{i:05}").into_bytes())
-        .collect()
+    in_listing_order(
+        (0..count)
+            .map(|i| format!("f{i:05}").into_bytes())
+            .collect(),
+    )
 }
 
 /// A file layer on a simulated disk and in-memory metadata.
@@ -184,10 +201,10 @@ fn readdir_plus_lists_every_file_of_the_metadata_with_its_attributes() {
             .ino;
         made.push((name, ino));
     }
-    made.sort();
+    made.sort_by_key(|(name, _)| (name_hash(name), name.clone()));
     let fh = vfs.opendir();
     let mut listed = Vec::new();
-    by_replies(25, |offset, reply| {
+    by_replies(0, 25, |offset, reply| {
         vfs.readdir_plus_from(ROOT_INO, fh, offset, |ino, _, attr, cookie, name| {
             if reply.full_before(cookie) {
                 return true;
@@ -203,4 +220,39 @@ fn readdir_plus_lists_every_file_of_the_metadata_with_its_attributes() {
     });
     vfs.releasedir(fh);
     assert_eq!(listed, made);
+}
+
+#[test]
+fn a_listing_goes_on_from_a_cookie_of_another_handle() {
+    // The kernel keeps listings; when it has dropped part of one it asks for the rest through
+    // the handle reading it, with a cookie another handle handed out.
+    let vfs = vfs();
+    let all = names(500);
+    let first = vfs.opendir();
+    let cookies: Vec<u64> = all.iter().map(|n| name_hash(n)).collect();
+    for (i, cookie) in cookies.iter().enumerate().step_by(37) {
+        let other = vfs.opendir();
+        let rest = list_through(&vfs, other, *cookie, &all, 25);
+        assert_eq!(rest.names, all[i + 1..], "from the cookie of entry {i}");
+        vfs.releasedir(other);
+    }
+    // And the handle that handed it out, from any of its cookies.
+    let whole = list_through(&vfs, first, 0, &all, 40);
+    assert_eq!(whole.names, all);
+    let rest = list_through(&vfs, first, cookies[100], &all, 40);
+    assert_eq!(rest.names, all[101..]);
+    vfs.releasedir(first);
+}
+
+#[test]
+fn a_listing_resumed_after_its_last_entry_was_removed_goes_on_with_the_next() {
+    let vfs = vfs();
+    let all = names(60);
+    let cookie = name_hash(&all[30]);
+    let mut without: Vec<Vec<u8>> = all.clone();
+    without.remove(30);
+    let fh = vfs.opendir();
+    let rest = list_through(&vfs, fh, cookie, &without, 25);
+    assert_eq!(rest.names, all[31..]);
+    vfs.releasedir(fh);
 }

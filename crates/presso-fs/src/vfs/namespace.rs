@@ -201,8 +201,13 @@ impl Vfs {
         }
     }
 
-    /// Lists a directory after `after` (exclusive).
-    pub fn readdir(&self, ino: u64, after: Option<&[u8]>, limit: usize) -> Result<Vec<DirEntry>> {
+    /// Lists a directory after `after`, in listing order ([`presso_meta::name_hash`]).
+    pub fn readdir(
+        &self,
+        ino: u64,
+        after: Option<ListAfter<'_>>,
+        limit: usize,
+    ) -> Result<Vec<DirEntry>> {
         self.pool.readdir(ino, after, limit)
     }
 

@@ -27,6 +27,7 @@ use crate::engine::{
     CodecSpace, Dentry, InodeRow, MetaEngine, RecordLocation, RecordRef, SegmentUsage, Txn,
 };
 use crate::error::{MetaError, Result};
+use crate::types::{name_hash, ListAfter};
 
 pub mod faults;
 
@@ -36,7 +37,8 @@ use faults::Faults;
 #[derive(Debug, Default, Clone)]
 struct State {
     inodes: BTreeMap<u64, InodeRow>,
-    dentries: BTreeMap<(u64, Vec<u8>), Dentry>,
+    /// By directory, then in listing order: [`name_hash`], then name.
+    dentries: BTreeMap<(u64, u64, Vec<u8>), Dentry>,
     xattrs: BTreeMap<(u64, Vec<u8>), Vec<u8>>,
     records: BTreeMap<(u64, u64), RecordRef>,
     props: BTreeMap<(u64, String), String>,
@@ -50,11 +52,16 @@ struct State {
 /// The previous value of one key, to restore on rollback.
 enum Undo {
     Inode(u64, Option<InodeRow>),
-    Dentry((u64, Vec<u8>), Option<Dentry>),
+    Dentry((u64, u64, Vec<u8>), Option<Dentry>),
     Xattr((u64, Vec<u8>), Option<Vec<u8>>),
     Record((u64, u64), Option<RecordRef>),
     Prop((u64, String), Option<String>),
     Counter(String, Option<u64>),
+}
+
+/// Where entry `name` of `parent` sits among the directory entries.
+fn dentry_key(parent: u64, name: &[u8]) -> (u64, u64, Vec<u8>) {
+    (parent, name_hash(name), name.to_vec())
 }
 
 fn restore<K: Ord, V>(map: &mut BTreeMap<K, V>, key: K, old: Option<V>) {
@@ -312,12 +319,12 @@ impl Txn for MemTxn<'_> {
     }
 
     fn get_dentry(&mut self, parent: u64, name: &[u8]) -> Result<Option<Dentry>> {
-        Ok(self.st().dentries.get(&(parent, name.to_vec())).copied())
+        Ok(self.st().dentries.get(&dentry_key(parent, name)).copied())
     }
 
     fn put_dentry(&mut self, parent: u64, name: &[u8], entry: Dentry) -> Result<()> {
         let (st, undo) = self.st_mut()?;
-        let key = (parent, name.to_vec());
+        let key = dentry_key(parent, name);
         let old = st.dentries.insert(key.clone(), entry);
         undo.push(Undo::Dentry(key, old));
         Ok(())
@@ -325,7 +332,7 @@ impl Txn for MemTxn<'_> {
 
     fn delete_dentry(&mut self, parent: u64, name: &[u8]) -> Result<bool> {
         let (st, undo) = self.st_mut()?;
-        let key = (parent, name.to_vec());
+        let key = dentry_key(parent, name);
         let old = st.dentries.remove(&key);
         let existed = old.is_some();
         undo.push(Undo::Dentry(key, old));
@@ -335,20 +342,20 @@ impl Txn for MemTxn<'_> {
     fn list_dentries(
         &mut self,
         parent: u64,
-        after: Option<&[u8]>,
+        after: Option<ListAfter<'_>>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Dentry)>> {
         let start = match after {
-            Some(a) => Bound::Excluded((parent, a.to_vec())),
-            None => Bound::Included((parent, Vec::new())),
+            Some(a) => Bound::Excluded((parent, a.hash, a.name.to_vec())),
+            None => Bound::Included((parent, 0, Vec::new())),
         };
         Ok(self
             .st()
             .dentries
             .range((start, Bound::Unbounded))
-            .take_while(|((p, _), _)| *p == parent)
+            .take_while(|((p, _, _), _)| *p == parent)
             .take(limit)
-            .map(|((_, n), d)| (n.clone(), *d))
+            .map(|((_, _, n), d)| (n.clone(), *d))
             .collect())
     }
 
@@ -356,8 +363,8 @@ impl Txn for MemTxn<'_> {
         Ok(self
             .st()
             .dentries
-            .range((parent, Vec::new())..)
-            .take_while(|((p, _), _)| *p == parent)
+            .range((parent, 0, Vec::new())..)
+            .take_while(|((p, _, _), _)| *p == parent)
             .count() as u64)
     }
 

@@ -10,9 +10,11 @@ use super::conn::{pg, Pooled};
 use super::rows::{get, idx, inode_at, kind_at, location, record_at, u, u8_at};
 use super::COUNTER_DURABLE_COMMITS;
 use crate::engine::{
-    CodecSpace, Dentry, InodeRow, ListedDentry, RecordLocation, RecordRef, SegmentUsage, Txn,
+    listing_position, CodecSpace, Dentry, InodeRow, ListedDentry, RecordLocation, RecordRef,
+    SegmentUsage, Txn,
 };
 use crate::error::{MetaError, Result};
+use crate::{name_hash, ListAfter};
 
 /// The engine's statements. Each is prepared once per connection, at its first use.
 mod sql {
@@ -29,15 +31,17 @@ mod sql {
         rdev = EXCLUDED.rdev, parent = EXCLUDED.parent, target = EXCLUDED.target";
     pub const DELETE_INODE: &str = "DELETE FROM inodes WHERE ino = $1";
 
-    pub const GET_DENTRY: &str = "SELECT ino, kind FROM dentries WHERE parent = $1 AND name = $2";
-    pub const PUT_DENTRY: &str = "INSERT INTO dentries (parent, name, ino, kind) \
-        VALUES ($1, $2, $3, $4) \
-        ON CONFLICT (parent, name) DO UPDATE SET ino = EXCLUDED.ino, kind = EXCLUDED.kind";
-    pub const DELETE_DENTRY: &str = "DELETE FROM dentries WHERE parent = $1 AND name = $2";
-    pub const LIST_DENTRIES: &str =
-        "SELECT name, ino, kind FROM dentries WHERE parent = $1 ORDER BY name LIMIT $2";
-    pub const LIST_DENTRIES_AFTER: &str = "SELECT name, ino, kind FROM dentries \
-        WHERE parent = $1 AND name > $2 ORDER BY name LIMIT $3";
+    pub const GET_DENTRY: &str =
+        "SELECT ino, kind FROM dentries WHERE parent = $1 AND hash = $2 AND name = $3";
+    pub const PUT_DENTRY: &str = "INSERT INTO dentries (parent, hash, name, ino, kind) \
+        VALUES ($1, $2, $3, $4, $5) \
+        ON CONFLICT (parent, hash, name) DO UPDATE SET ino = EXCLUDED.ino, kind = EXCLUDED.kind";
+    pub const DELETE_DENTRY: &str =
+        "DELETE FROM dentries WHERE parent = $1 AND hash = $2 AND name = $3";
+    /// Entries of `$1` after `($2, $3)` in listing order (hash, then name).
+    pub const LIST_DENTRIES: &str = "SELECT name, ino, kind FROM dentries \
+        WHERE parent = $1 AND hash >= $2 AND (hash > $2 OR name > $3) \
+        ORDER BY hash, name LIMIT $4";
     /// Names of `parent` with their inode rows, the inode's columns first in the order
     /// `inode_at` reads them; `$cond` narrows the names, `$limit` is the limit's parameter.
     macro_rules! listed_with_inodes {
@@ -48,13 +52,13 @@ mod sql {
                 "i.target, d.name, d.ino, d.kind ",
                 "FROM dentries d LEFT JOIN inodes i ON i.ino = d.ino WHERE d.parent = $1",
                 $cond,
-                " ORDER BY d.name LIMIT ",
+                " ORDER BY d.hash, d.name LIMIT ",
                 $limit
             )
         };
     }
-    pub const LIST_WITH_INODES: &str = listed_with_inodes!("", "$2");
-    pub const LIST_WITH_INODES_AFTER: &str = listed_with_inodes!(" AND d.name > $2", "$3");
+    pub const LIST_WITH_INODES: &str =
+        listed_with_inodes!(" AND d.hash >= $2 AND (d.hash > $2 OR d.name > $3)", "$4");
     pub const COUNT_DENTRIES: &str = "SELECT COUNT(*) FROM dentries WHERE parent = $1";
 
     pub const GET_XATTR: &str = "SELECT value FROM xattrs WHERE ino = $1 AND name = $2";
@@ -326,7 +330,8 @@ impl Txn for PgTxn<'_> {
     }
 
     fn get_dentry(&mut self, parent: u64, name: &[u8]) -> Result<Option<Dentry>> {
-        self.row(sql::GET_DENTRY, &[&(parent as i64), &name])?
+        let hash = name_hash(name) as i64;
+        self.row(sql::GET_DENTRY, &[&(parent as i64), &hash, &name])?
             .map(|r| {
                 Ok(Dentry {
                     ino: u(&r, 0)?,
@@ -341,6 +346,7 @@ impl Txn for PgTxn<'_> {
             sql::PUT_DENTRY,
             &[
                 &(parent as i64),
+                &(name_hash(name) as i64),
                 &name,
                 &(entry.ino as i64),
                 &i16::from(entry.kind.code()),
@@ -350,38 +356,35 @@ impl Txn for PgTxn<'_> {
     }
 
     fn delete_dentry(&mut self, parent: u64, name: &[u8]) -> Result<bool> {
-        Ok(self.change(sql::DELETE_DENTRY, &[&(parent as i64), &name])? > 0)
+        let hash = name_hash(name) as i64;
+        Ok(self.change(sql::DELETE_DENTRY, &[&(parent as i64), &hash, &name])? > 0)
     }
 
     fn list_dentries(
         &mut self,
         parent: u64,
-        after: Option<&[u8]>,
+        after: Option<ListAfter<'_>>,
         n: usize,
     ) -> Result<Vec<(Vec<u8>, Dentry)>> {
-        let rows = match after {
-            None => self.rows(sql::LIST_DENTRIES, &[&(parent as i64), &limit(n)])?,
-            Some(after) => self.rows(
-                sql::LIST_DENTRIES_AFTER,
-                &[&(parent as i64), &after, &limit(n)],
-            )?,
-        };
+        let (hash, name) = listing_position(after);
+        let rows = self.rows(
+            sql::LIST_DENTRIES,
+            &[&(parent as i64), &hash, &name, &limit(n)],
+        )?;
         rows.iter().map(|r| dentry_at(r, 0)).collect()
     }
 
     fn list_dentries_with_inodes(
         &mut self,
         parent: u64,
-        after: Option<&[u8]>,
+        after: Option<ListAfter<'_>>,
         n: usize,
     ) -> Result<Vec<ListedDentry>> {
-        let rows = match after {
-            None => self.rows(sql::LIST_WITH_INODES, &[&(parent as i64), &limit(n)])?,
-            Some(after) => self.rows(
-                sql::LIST_WITH_INODES_AFTER,
-                &[&(parent as i64), &after, &limit(n)],
-            )?,
-        };
+        let (hash, name) = listing_position(after);
+        let rows = self.rows(
+            sql::LIST_WITH_INODES,
+            &[&(parent as i64), &hash, &name, &limit(n)],
+        )?;
         rows.iter()
             .map(|r| {
                 let inode = match get::<Option<i64>>(r, 0)? {

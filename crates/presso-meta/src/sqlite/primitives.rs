@@ -13,10 +13,11 @@ use super::rows::{
 use super::txn::{Handle, SqliteTxn};
 use super::{control, COUNTER_DURABLE_COMMITS};
 use crate::engine::{
-    CodecSpace, Dentry, FileKind, InodeRow, ListedDentry, RecordLocation, RecordRef, SegmentUsage,
-    Txn,
+    listing_position, CodecSpace, Dentry, FileKind, InodeRow, ListedDentry, RecordLocation,
+    RecordRef, SegmentUsage, Txn,
 };
 use crate::error::{MetaError, Result};
+use crate::{name_hash, ListAfter};
 
 impl Txn for SqliteTxn<'_> {
     fn get_inode(&mut self, ino: u64) -> Result<Option<InodeRow>> {
@@ -90,12 +91,17 @@ impl Txn for SqliteTxn<'_> {
         // An entry not held is not pending, so SQLite's is current (see `get_inode`).
         let got: Result<Option<(i64, u8)>> = self
             .reader()?
-            .prepare_cached("SELECT ino, kind FROM dentries WHERE parent = ?1 AND name = ?2")
+            .prepare_cached(
+                "SELECT ino, kind FROM dentries WHERE parent = ?1 AND hash = ?2 AND name = ?3",
+            )
             .map_err(self.err())
             .and_then(|mut st| {
-                st.query_row(params![parent as i64, name], |r| Ok((r.get(0)?, r.get(1)?)))
-                    .optional()
-                    .map_err(self.err())
+                let hash = name_hash(name) as i64;
+                st.query_row(params![parent as i64, hash, name], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .optional()
+                .map_err(self.err())
             });
         let entry = match self.settle(got)? {
             Some((ino, k)) => Some(Dentry {
@@ -145,20 +151,21 @@ impl Txn for SqliteTxn<'_> {
     fn list_dentries(
         &mut self,
         parent: u64,
-        after: Option<&[u8]>,
+        after: Option<ListAfter<'_>>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Dentry)>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let (hash, name) = listing_position(after);
         let mut st = self
             .c()?
             .prepare_cached(
                 "SELECT name, ino, kind FROM dentries
-                 WHERE parent = ?1 AND (?2 IS NULL OR name > ?2)
-                 ORDER BY name LIMIT ?3",
+                 WHERE parent = ?1 AND hash >= ?2 AND (hash > ?2 OR name > ?3)
+                 ORDER BY hash, name LIMIT ?4",
             )
             .map_err(self.err())?;
         let rows = st
-            .query_map(params![parent as i64, after, limit], |r| {
+            .query_map(params![parent as i64, hash, name, limit], |r| {
                 Ok((
                     r.get::<_, Vec<u8>>(0)?,
                     r.get::<_, i64>(1)?,
@@ -183,7 +190,7 @@ impl Txn for SqliteTxn<'_> {
     fn list_dentries_with_inodes(
         &mut self,
         parent: u64,
-        after: Option<&[u8]>,
+        after: Option<ListAfter<'_>>,
         limit: usize,
     ) -> Result<Vec<ListedDentry>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
@@ -195,12 +202,13 @@ impl Txn for SqliteTxn<'_> {
                         i.atime_ns, i.mtime_s, i.mtime_ns, i.ctime_s, i.ctime_ns, i.rdev,
                         i.parent, i.target, d.name, d.ino, d.kind
                  FROM dentries d LEFT JOIN inodes i ON i.ino = d.ino
-                 WHERE d.parent = ?1 AND (?2 IS NULL OR d.name > ?2)
-                 ORDER BY d.name LIMIT ?3",
+                 WHERE d.parent = ?1 AND d.hash >= ?2 AND (d.hash > ?2 OR d.name > ?3)
+                 ORDER BY d.hash, d.name LIMIT ?4",
             )
             .map_err(self.err())?;
+        let (hash, name) = listing_position(after);
         let rows = st
-            .query_map(params![parent as i64, after, limit], |r| {
+            .query_map(params![parent as i64, hash, name, limit], |r| {
                 let inode = match r.get::<_, Option<i64>>(0)? {
                     Some(_) => Some(row_to_inode(r)?),
                     None => None,

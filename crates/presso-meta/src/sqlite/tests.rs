@@ -3,7 +3,7 @@
 
 use super::rows::{records_in_segment_sql, LIST_ORPHANS_SQL, SEGMENT_USAGE_SQL};
 use super::*;
-use crate::{Dentry, FileKind, Timespec, ROOT_INO};
+use crate::{Dentry, FileKind, ListAfter, Timespec, ROOT_INO};
 
 /// A database path in the temporary directory, removed with its companions on drop.
 pub(super) struct TempDb(pub(super) PathBuf);
@@ -160,9 +160,10 @@ fn cached_statements_run_again_without_being_compiled_again() {
     let mut tx = e.begin_read().unwrap();
     for round in 0..3 {
         tx.list_dentries(root, None, 2).unwrap();
-        tx.list_dentries(root, Some(b"a"), 2 + round).unwrap();
+        tx.list_dentries(root, Some(ListAfter::entry(b"a")), 2 + round)
+            .unwrap();
         tx.list_dentries_with_inodes(root, None, 2).unwrap();
-        tx.list_dentries_with_inodes(root, Some(b"a"), 2 + round)
+        tx.list_dentries_with_inodes(root, Some(ListAfter::entry(b"a")), 2 + round)
             .unwrap();
         tx.scan_records(None, 2 + round).unwrap();
         tx.scan_records(Some((root, 0)), 2 + round).unwrap();
@@ -177,7 +178,8 @@ fn cached_statements_run_again_without_being_compiled_again() {
         let name = format!("w{round}");
         let mut tx = e.write().unwrap();
         tx.put_dentry(root, name.as_bytes(), entry).unwrap();
-        tx.list_dentries(root, Some(b"a"), 2 + round).unwrap();
+        tx.list_dentries(root, Some(ListAfter::entry(b"a")), 2 + round)
+            .unwrap();
         tx.list_dentries_with_inodes(root, None, 2 + round).unwrap();
         tx.set_counter("test", round as u64).unwrap();
         tx.get_counter("test").unwrap();
