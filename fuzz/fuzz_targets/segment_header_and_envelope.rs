@@ -21,8 +21,7 @@ use libfuzzer_sys::fuzz_target;
 use presso_store::header::{POOL_FILE, POOL_VERSION};
 use presso_store::segment::{
     decode_entry, decode_tagged_entry, encode_entry, encode_entry_v1, encode_tagged_entry,
-    segment_file_name,
-    EntryFormat, SegmentHeader, ENTRY_HEADER_LEN, SEGMENT_HEADER_LEN,
+    segment_file_name, EntryFormat, SegmentHeader, ENTRY_HEADER_LEN, SEGMENT_HEADER_LEN,
 };
 use presso_store::{Committed, Location, PoolHeader, SimDir, Store, StoreConfig, StoreError};
 

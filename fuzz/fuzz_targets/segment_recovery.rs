@@ -38,7 +38,10 @@ fuzz_target!(|data: &[u8]| {
         for _ in 0..scan.entries {
             let end = at + entry_len(data, at);
             if decode_entry(&data[at..end]).is_err() {
-                assert!(scan.damaged.contains(&(at as u64)), "kept entry at {at} does not verify");
+                assert!(
+                    scan.damaged.contains(&(at as u64)),
+                    "kept entry at {at} does not verify"
+                );
             }
             at = end;
         }

@@ -6,7 +6,9 @@ use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use presso_meta::{FileKind, MetaError, MetaStore, NewNode, RecordRef, Timespec, TxgOp, ROOT_INO};
+use presso_meta::{
+    FileKind, ListAfter, MetaError, MetaStore, NewNode, RecordRef, Timespec, TxgOp, ROOT_INO,
+};
 
 /// A directory of this process for the database files. Those of processes that are gone (a
 /// fuzzing run ends by exiting, with no clean-up) are removed first.
@@ -91,7 +93,8 @@ pub fn read_all(s: &MetaStore) -> Result<Vec<u64>, MetaError> {
                 let _ = s.dir_parent(ino);
                 let mut after: Option<Vec<u8>> = None;
                 for _ in 0..16 {
-                    let Ok(entries) = s.readdir(ino, after.as_deref(), 64) else {
+                    let from = after.as_deref().map(ListAfter::entry);
+                    let Ok(entries) = s.readdir(ino, from, 64) else {
                         break;
                     };
                     let Some(last) = entries.last() else { break };
