@@ -217,11 +217,11 @@ pub struct RecordLocation {
     pub rec: RecordRef,
 }
 
-/// The `(hash, name)` a listing continues after, as SQL parameters: before every entry when
-/// `None` (every stored hash is at least [`FIRST_NAME_HASH`](crate::FIRST_NAME_HASH), and no
-/// name is empty). Hashes are below 2^63, so they keep their order as signed integers.
+/// The `(ino, name)` a listing continues after, as SQL parameters: before every entry when
+/// `None` (no entry names inode 0, and no name is empty). Inode numbers are below 2^63, so they
+/// keep their order as signed integers.
 pub(crate) fn listing_position<'a>(after: Option<ListAfter<'a>>) -> (i64, &'a [u8]) {
-    after.map_or((0, &[][..]), |a| (a.hash as i64, a.name))
+    after.map_or((0, &[][..]), |a| (a.ino as i64, a.name))
 }
 
 /// A storage engine: hands out transactions.
@@ -295,8 +295,8 @@ pub trait Txn {
     /// Deletes a directory entry.
     fn delete_dentry(&mut self, parent: u64, name: &[u8]) -> Result<bool>;
     /// Lists up to `limit` entries of `parent` after `after` (from the start if `None`), in
-    /// listing order: by [`name_hash`](crate::name_hash), then by name; fewer only when no more
-    /// follow.
+    /// listing order (see [`ListAfter`]): by the inode number each names, then by name; fewer
+    /// only when no more follow.
     fn list_dentries(
         &mut self,
         parent: u64,

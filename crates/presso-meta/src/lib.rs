@@ -101,9 +101,9 @@ pub use error::{MetaError, Result};
 pub use locks::{ByteLock, LockKind, LockOwner};
 pub use sqlite::{SqliteOptions, Synchronous, SCHEMA_VERSION};
 pub use types::{
-    name_hash, Attr, DirEntry, EffectiveProp, LinkFate, ListAfter, NewNode, SetAttr, SpaceUsage,
-    TxgOp, TxgOutcome, Unlinked, XattrFlags, FIRST_NAME_HASH, LINK_MAX, NAME_MAX,
-    RECORD_INDEX_LIMIT, SYMLINK_MAX, XATTR_VALUE_MAX,
+    Attr, DirEntry, EffectiveProp, LinkFate, ListAfter, NewNode, SetAttr, SpaceUsage, TxgOp,
+    TxgOutcome, Unlinked, XattrFlags, LINK_MAX, NAME_MAX, RECORD_INDEX_LIMIT, SYMLINK_MAX,
+    XATTR_VALUE_MAX,
 };
 
 /// The metadata store: POSIX semantics over any [`MetaEngine`].

@@ -403,8 +403,8 @@ impl MetaStore {
     }
 
     /// Up to `limit` entries of directory `ino` after `after`, in listing order (see
-    /// [`name_hash`](crate::name_hash)). Fewer than `limit` only when no more follow; pass
-    /// [`ListAfter::entry`] of the last returned name to continue.
+    /// [`ListAfter`]). Fewer than `limit` only when no more follow; pass [`ListAfter::entry`]
+    /// of the last returned entry to continue.
     pub fn readdir(
         &self,
         ino: u64,
@@ -512,18 +512,12 @@ impl MetaStore {
     }
 }
 
-/// The name under which directory `parent` holds `ino`, if it does (a scan of the directory).
+/// The name under which directory `parent` holds `ino`, if it does (one index read: listing order
+/// is by inode number).
 fn name_in(tx: &mut dyn Txn, parent: u64, ino: u64) -> Result<Option<Vec<u8>>> {
-    let mut after: Option<Vec<u8>> = None;
-    loop {
-        let batch = tx.list_dentries(parent, after.as_deref().map(ListAfter::entry), 1024)?;
-        let Some((last, _)) = batch.last() else {
-            return Ok(None);
-        };
-        let last = last.clone();
-        if let Some((name, _)) = batch.into_iter().find(|(_, d)| d.ino == ino) {
-            return Ok(Some(name));
-        }
-        after = Some(last);
-    }
+    let batch = tx.list_dentries(parent, Some(ListAfter::ino(ino)), 1)?;
+    Ok(batch
+        .into_iter()
+        .find(|(_, d)| d.ino == ino)
+        .map(|(name, _)| name))
 }

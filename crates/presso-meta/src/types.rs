@@ -123,40 +123,32 @@ impl NewNode {
     }
 }
 
-/// The smallest [`name_hash`]: the positions below it are `.`, `..` and the start of a listing.
-pub const FIRST_NAME_HASH: u64 = 3;
-
-/// Where `name` sits in its directory's listing order, which is by this hash, then by name: the
-/// upper 63 bits of the name's XXH3-64 (seed 0), raised to [`FIRST_NAME_HASH`] if below it. It
-/// is stored with every entry, so it never changes: a listing resumed from it, by any handle at
-/// any time, goes on where it stopped, however the directory changed meanwhile.
-pub fn name_hash(name: &[u8]) -> u64 {
-    (xxhash_rust::xxh3::xxh3_64(name) >> 1).max(FIRST_NAME_HASH)
-}
-
-/// Where a directory listing resumes: strictly after the entry `(hash, name)` in listing order
-/// (see [`name_hash`]).
+/// Where a directory listing resumes: strictly after the entry `(ino, name)` in listing order.
+///
+/// A directory lists its entries by the inode number each names, then by name. Inode numbers
+/// are never reused and grow as nodes are made, so a directory lists in the order its entries
+/// were made, and a listing resumes from an inode number alone, by any handle and at any time,
+/// whatever changed meanwhile: an entry keeps its place until it is removed (a rename keeps
+/// the inode, so its place too), and a removed one's number still says where to go on. Only
+/// names of one inode in one directory (hard links side by side) share a number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ListAfter<'a> {
-    /// The [`name_hash`] of the entry.
-    pub hash: u64,
-    /// The entry's name; empty for [`ListAfter::hash`]: before every name of that hash.
+    /// The inode the entry names.
+    pub ino: u64,
+    /// The entry's name; empty for [`ListAfter::ino`]: before every name of that inode.
     pub name: &'a [u8],
 }
 
 impl<'a> ListAfter<'a> {
-    /// Resumes after the entry `name`.
-    pub fn entry(name: &'a [u8]) -> ListAfter<'a> {
-        ListAfter {
-            hash: name_hash(name),
-            name,
-        }
+    /// Resumes after the entry `name`, which names `ino`.
+    pub fn entry(ino: u64, name: &'a [u8]) -> ListAfter<'a> {
+        ListAfter { ino, name }
     }
 
-    /// Resumes at the first entry whose hash is `hash` or more: all that a position known only
-    /// by its hash can say (names are never empty).
-    pub fn hash(hash: u64) -> ListAfter<'static> {
-        ListAfter { hash, name: b"" }
+    /// Resumes at the first entry naming inode `ino` or a later one: all that a position known
+    /// only by its inode number can say (names are never empty).
+    pub fn ino(ino: u64) -> ListAfter<'static> {
+        ListAfter { ino, name: b"" }
     }
 }
 
@@ -341,22 +333,4 @@ pub struct TxgOutcome {
     /// a regular file, or a `MoveRecord` whose record had changed), in op order. Their bytes were
     /// added to the garbage counter too; the caller marks their store entries dead.
     pub not_applied: Vec<RecordRef>,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn name_hashes_are_the_stored_ones() {
-        // Stored with every directory entry and handed out as cookies: a change would lose every
-        // entry of every pool. The values agree with another XXH3 implementation.
-        assert_eq!(name_hash(b"a"), 8_314_517_215_945_369_359);
-        assert_eq!(name_hash(b"linux"), 5_985_319_061_719_295_544);
-        assert_eq!(name_hash(b"Makefile"), 1_980_476_975_708_774_764);
-        for name in [&b"a"[..], b"b", b"\xff", &[0x61; 255]] {
-            let h = name_hash(name);
-            assert!((FIRST_NAME_HASH..1 << 63).contains(&h));
-        }
-    }
 }

@@ -14,8 +14,8 @@ use presso_meta::postgres::test_server::TestServer;
 use presso_meta::postgres::{PostgresEngine, PostgresOptions};
 use presso_meta::sqlite::SqliteEngine;
 use presso_meta::{
-    name_hash, ClientSession, CodecSpace, EffectiveProp, FileKind, LinkFate, ListAfter, MetaEngine,
-    MetaError, MetaStore, NewNode, RecordLocation, RecordRef, SegmentUsage, SetAttr, SpaceUsage,
+    ClientSession, CodecSpace, EffectiveProp, FileKind, LinkFate, ListAfter, MetaEngine, MetaError,
+    MetaStore, NewNode, RecordLocation, RecordRef, SegmentUsage, SetAttr, SpaceUsage,
     SqliteOptions, Synchronous, Timespec, TxgOp, TxgOutcome, XattrFlags, LINK_MAX, POOL_INO,
     ROOT_INO,
 };
@@ -533,9 +533,9 @@ fn listed(s: &MetaStore, dir: u64) -> Vec<String> {
         .collect()
 }
 
-/// `names` in listing order: by `name_hash`, then name.
-fn in_listing_order(mut names: Vec<String>) -> Vec<String> {
-    names.sort_by_key(|n| (name_hash(n.as_bytes()), n.clone()));
+/// The names of `dir` in listing order: by the inode each names, then by name.
+fn in_listing_order(s: &MetaStore, dir: u64, mut names: Vec<String>) -> Vec<String> {
+    names.sort_by_key(|n| (s.lookup(dir, n.as_bytes()).unwrap().ino, n.clone()));
     names
 }
 
@@ -1252,9 +1252,9 @@ fn readdir_plus_gives_what_lookup_gives(s: &MetaStore) {
         file(s, d, &format!("n{i}"));
     }
     let mut got = Vec::new();
-    let mut after: Option<Vec<u8>> = None;
+    let mut after: Option<(u64, Vec<u8>)> = None;
     loop {
-        let from = after.as_deref().map(ListAfter::entry);
+        let from = after.as_ref().map(|(i, n)| ListAfter::entry(*i, n));
         let page = s.readdir_plus(d, from, 4).unwrap();
         if page.is_empty() {
             break;
@@ -1264,7 +1264,8 @@ fn readdir_plus_gives_what_lookup_gives(s: &MetaStore) {
         let plain = s.readdir(d, from, 4).unwrap();
         let entries: Vec<_> = page.iter().map(|(e, _)| e.clone()).collect();
         assert_eq!(entries, plain);
-        after = Some(page.last().unwrap().0.name.clone());
+        let last = &page.last().unwrap().0;
+        after = Some((last.ino, last.name.clone()));
         for (e, attr) in page {
             assert_eq!(attr, Some(s.lookup(d, &e.name).unwrap()));
             got.push(String::from_utf8(e.name).unwrap());
@@ -1272,8 +1273,9 @@ fn readdir_plus_gives_what_lookup_gives(s: &MetaStore) {
     }
     assert_eq!(got, listed(s, d));
     assert_eq!(got.len(), 14);
+    // A hard link is listed beside the other names of its inode.
     let f2 = s
-        .readdir_plus(d, Some(ListAfter::hash(name_hash(b"f2"))), 1)
+        .readdir_plus(d, Some(ListAfter::entry(f, b"f")), 1)
         .unwrap();
     assert_eq!(f2[0].0.name, b"f2");
     assert_eq!((f2[0].0.ino, f2[0].1.as_ref().unwrap().nlink), (f, 2));
@@ -1293,20 +1295,21 @@ fn readdir_pagination(s: &MetaStore) {
     }
     file(s, d, "n00x");
     expect.push("n00x".into());
-    let expect = in_listing_order(expect);
+    let expect = in_listing_order(s, d, expect);
     let mut got = Vec::new();
-    let mut after: Option<Vec<u8>> = None;
+    let mut after: Option<(u64, Vec<u8>)> = None;
     let mut pages = 0;
     loop {
         let page = s
-            .readdir(d, after.as_deref().map(ListAfter::entry), 7)
+            .readdir(d, after.as_ref().map(|(i, n)| ListAfter::entry(*i, n)), 7)
             .unwrap();
         if page.is_empty() {
             break;
         }
         assert!(page.len() <= 7);
         pages += 1;
-        after = Some(page.last().unwrap().name.clone());
+        let last = page.last().unwrap();
+        after = Some((last.ino, last.name.clone()));
         for e in page {
             let a = s.lookup(d, &e.name).unwrap();
             assert_eq!((a.ino, a.kind), (e.ino, e.kind));
@@ -1315,24 +1318,23 @@ fn readdir_pagination(s: &MetaStore) {
     }
     assert_eq!(pages, 4);
     assert_eq!(got, expect);
-    let past_every_hash = ListAfter::hash(u64::MAX >> 1);
-    assert_eq!(s.readdir(d, Some(past_every_hash), 10).unwrap(), vec![]);
+    let past_every_inode = ListAfter::ino(i64::MAX as u64);
+    assert_eq!(s.readdir(d, Some(past_every_inode), 10).unwrap(), vec![]);
     assert_eq!(s.readdir(d, None, 0).unwrap(), vec![]);
     for (i, name) in expect.iter().enumerate() {
         let rest: Vec<String> = expect[i + 1..].iter().take(3).cloned().collect();
+        let ino = s.lookup(d, name.as_bytes()).unwrap().ino;
         let after_entry = s
-            .readdir(d, Some(ListAfter::entry(name.as_bytes())), 3)
+            .readdir(d, Some(ListAfter::entry(ino, name.as_bytes())), 3)
             .unwrap();
         let after_entry: Vec<String> = after_entry
             .into_iter()
             .map(|e| String::from_utf8(e.name).unwrap())
             .collect();
         assert_eq!(after_entry, rest, "after {name}");
-        // A position known only by its hash resumes at the entry of that hash.
-        let at_hash = s
-            .readdir(d, Some(ListAfter::hash(name_hash(name.as_bytes()))), 1)
-            .unwrap();
-        assert_eq!(at_hash[0].name, name.as_bytes());
+        // A position known only by its inode number resumes at the entry of that inode.
+        let at_ino = s.readdir(d, Some(ListAfter::ino(ino)), 1).unwrap();
+        assert_eq!(at_ino[0].name, name.as_bytes());
     }
     assert_eq!(names(s, ROOT_INO), ["d"]);
     let f = s.lookup(d, b"n01").unwrap().ino;
@@ -2998,15 +3000,17 @@ fn sqlite_adds_missing_indexes_to_existing_databases() {
     {
         // a version-1 database from before the indexes existed
         let c = rusqlite::Connection::open(&path).unwrap();
-        assert_eq!(indexes(&c), ["inodes_orphans", "records_by_segment"]);
-        c.execute_batch("DROP INDEX inodes_orphans; DROP INDEX records_by_segment;")
-            .unwrap();
+        assert_eq!(indexes(&c), ALL_INDEXES);
+        c.execute_batch(
+            "DROP INDEX inodes_orphans; DROP INDEX records_by_segment; DROP INDEX dentries_by_ino;",
+        )
+        .unwrap();
         assert!(indexes(&c).is_empty());
     }
     let s = MetaStore::open_sqlite(&path).unwrap();
     {
         let c = rusqlite::Connection::open(&path).unwrap();
-        assert_eq!(indexes(&c), ["inodes_orphans", "records_by_segment"]);
+        assert_eq!(indexes(&c), ALL_INDEXES);
         let v: i64 = c
             .query_row("SELECT version FROM meta_version", [], |r| r.get(0))
             .unwrap();
@@ -3017,52 +3021,18 @@ fn sqlite_adds_missing_indexes_to_existing_databases() {
         BTreeMap::from([(4, usage(1, 40))])
     );
     assert_eq!(s.purge_orphans().unwrap(), vec![rec(4, 40, 40)]);
+    // Listings, which the new index serves, in the order the names were made.
+    let made: Vec<String> = (0..50).map(|i| format!("m{}", 50 - i)).collect();
+    for n in &made {
+        file(&s, ROOT_INO, n);
+    }
+    assert_eq!(listed(&s, ROOT_INO), made);
     drop(s);
     remove_db(&path);
 }
 
-#[test]
-fn sqlite_orders_the_entries_of_a_version_1_database_by_hash() {
-    let path = temp_db_path("version1");
-    let s = MetaStore::create_sqlite(&path).unwrap();
-    s.init().unwrap();
-    let d = mkdir(&s, ROOT_INO, "d");
-    let mut made: Vec<String> = (0..300).map(|i| format!("n{i}")).collect();
-    for n in &made {
-        file(&s, d, n);
-    }
-    drop(s);
-    {
-        // The layout version 1 had: entries keyed by name, without their hash.
-        let c = rusqlite::Connection::open(&path).unwrap();
-        c.execute_batch(
-            "CREATE TABLE old (parent INTEGER NOT NULL, name BLOB NOT NULL, ino INTEGER NOT NULL,
-                 kind INTEGER NOT NULL, PRIMARY KEY (parent, name)) WITHOUT ROWID;
-             INSERT INTO old SELECT parent, name, ino, kind FROM dentries;
-             DROP TABLE dentries;
-             ALTER TABLE old RENAME TO dentries;
-             UPDATE meta_version SET version = 1;",
-        )
-        .unwrap();
-    }
-    let s = MetaStore::open_sqlite(&path).unwrap();
-    let v: i64 = rusqlite::Connection::open(&path)
-        .unwrap()
-        .query_row("SELECT version FROM meta_version", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(v, i64::from(presso_meta::SCHEMA_VERSION));
-    made = in_listing_order(made);
-    assert_eq!(listed(&s, d), made);
-    assert_eq!(names(&s, ROOT_INO), ["d"]);
-    for n in &made {
-        assert_eq!(s.lookup(d, n.as_bytes()).unwrap().kind, FileKind::File);
-    }
-    s.unlink(d, made[7].as_bytes(), &|_| false).unwrap();
-    file(&s, d, "new");
-    assert!(names(&s, d).contains(&"new".to_string()));
-    drop(s);
-    remove_db(&path);
-}
+/// The secondary indexes every SQLite database has once opened.
+const ALL_INDEXES: [&str; 3] = ["dentries_by_ino", "inodes_orphans", "records_by_segment"];
 
 #[test]
 fn sqlite_refuses_newer_schema() {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use postgres::{Client, NoTls};
 use presso_meta::postgres::test_server::TestServer;
 use presso_meta::postgres::{PostgresOptions, PostgresTarget, PG_SCHEMA_VERSION};
-use presso_meta::{name_hash, ListAfter, MetaError, MetaStore, NewNode, ROOT_INO};
+use presso_meta::{ListAfter, MetaError, MetaStore, NewNode, ROOT_INO};
 
 fn sql(server: &TestServer) -> Client {
     Client::connect(&server.conninfo(), NoTls).expect("connect")
@@ -125,31 +125,31 @@ fn a_newer_schema_is_refused_and_an_older_one_migrated() {
         "{opened:?}"
     );
 
-    // Version 1 had no index of extended attributes by name, and its directory entries were
-    // keyed by name alone; opening adds the index and orders the entries by hash.
+    // Version 1 had no index of extended attributes by name, nor of directory entries in
+    // listing order; opening adds both.
     c.batch_execute(&format!(
         "DROP INDEX {schema}.xattrs_by_name;
-         ALTER TABLE {schema}.dentries DROP CONSTRAINT dentries_pkey;
-         ALTER TABLE {schema}.dentries DROP COLUMN hash;
-         ALTER TABLE {schema}.dentries ADD PRIMARY KEY (parent, name);
+         DROP INDEX {schema}.dentries_by_ino;
          UPDATE {schema}.meta_version SET version = 1"
     ))
     .unwrap();
     let store = MetaStore::open_postgres(&target, &Default::default()).unwrap();
     assert_eq!(version(&mut c), i64::from(PG_SCHEMA_VERSION));
-    let indexed: bool = c
-        .query_one(
-            "SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE schemaname = $1 AND indexname = 'xattrs_by_name')",
-            &[schema],
-        )
-        .unwrap()
-        .get(0);
-    assert!(indexed);
+    for index in ["xattrs_by_name", "dentries_by_ino"] {
+        let indexed: bool = c
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_indexes WHERE schemaname = $1 AND indexname = $2)",
+                &[schema, &index],
+            )
+            .unwrap()
+            .get(0);
+        assert!(indexed, "{index}");
+    }
     for name in &names {
         assert!(store.lookup(ROOT_INO, name).is_ok(), "data kept");
     }
-    let mut in_order = names.clone();
-    in_order.sort_by_key(|n| (name_hash(n), n.clone()));
+    // In the order the names were made.
+    let in_order = names.clone();
     let listed: Vec<Vec<u8>> = store
         .readdir(ROOT_INO, None, 100)
         .unwrap()
@@ -158,8 +158,9 @@ fn a_newer_schema_is_refused_and_an_older_one_migrated() {
         .collect();
     assert_eq!(listed, in_order);
     let middle = &in_order[20];
+    let ino = store.lookup(ROOT_INO, middle).unwrap().ino;
     let resumed = store
-        .readdir(ROOT_INO, Some(ListAfter::hash(name_hash(middle))), 1)
+        .readdir(ROOT_INO, Some(ListAfter::ino(ino)), 1)
         .unwrap();
     assert_eq!(&resumed[0].name, middle);
 }

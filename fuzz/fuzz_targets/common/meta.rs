@@ -91,14 +91,14 @@ pub fn read_all(s: &MetaStore) -> Result<Vec<u64>, MetaError> {
             FileKind::Dir => {
                 dirs.push(ino);
                 let _ = s.dir_parent(ino);
-                let mut after: Option<Vec<u8>> = None;
+                let mut after: Option<(u64, Vec<u8>)> = None;
                 for _ in 0..16 {
-                    let from = after.as_deref().map(ListAfter::entry);
+                    let from = after.as_ref().map(|(i, n)| ListAfter::entry(*i, n));
                     let Ok(entries) = s.readdir(ino, from, 64) else {
                         break;
                     };
                     let Some(last) = entries.last() else { break };
-                    after = Some(last.name.clone());
+                    after = Some((last.ino, last.name.clone()));
                     for e in &entries {
                         let _ = s.lookup(ino, &e.name);
                         queue.push_back(e.ino);

@@ -140,7 +140,7 @@ impl Pool {
         }
     }
 
-    /// Lists a directory after `after`, in listing order ([`presso_meta::name_hash`]).
+    /// Lists a directory after `after`, in listing order ([`ListAfter`]).
     pub fn readdir(
         &self,
         ino: u64,

@@ -13,14 +13,14 @@ const PAGE: usize = 512;
 const FIRST_PAGE: usize = 32;
 
 /// Where the listing of one open directory stands. Its cookies need no table: each entry's is
-/// its [`name_hash`], which says where it sits in the directory's listing order, so any handle
-/// can resume from a cookie any other handle handed out (the kernel does, when it keeps a
-/// listing and drops part of it).
+/// the inode number it names plus one (see [`cookie_of`]), which says where it sits in the
+/// directory's listing order, so any handle can resume from a cookie any other handle handed
+/// out (the kernel does, when it keeps a listing and drops part of it).
 #[derive(Default)]
 pub(super) struct DirListing {
-    /// The cookie and name of the last entry handed out: resuming from that cookie continues
-    /// exactly after the name, even past another name of the same hash.
-    last: Option<(u64, Vec<u8>)>,
+    /// The cookie, inode and name of the last entry handed out: resuming from that cookie
+    /// continues exactly after it, even past another name of the same inode.
+    last: Option<(u64, u64, Vec<u8>)>,
     /// How many entries the last reply that filled up took (0: none filled up yet). The kernel
     /// asks for replies of one size, so the next reply asks the metadata for about as many,
     /// not for a whole [`PAGE`] of which a one-page reply would use a twentieth.
@@ -56,9 +56,9 @@ impl Vfs {
 
     /// Lists directory `ino` through handle `fh` from `offset` (0 = the start, a new pass),
     /// calling `add(ino, cookie, kind, name)` for each entry until it returns `true` (the reply
-    /// is full). Cookies 1 and 2 are `.` and `..`; every other is the [`name_hash`] of the
-    /// entry it resumes after, so entries removed or made meanwhile shift nothing (resuming by
-    /// position skipped entries when a program unlinked entries as it read them).
+    /// is full). Cookies 1 and 2 are `.` and `..`; every other is [`cookie_of`] the entry it
+    /// resumes after, so entries removed or made meanwhile shift nothing (resuming by position
+    /// skipped entries when a program unlinked entries as it read them).
     pub fn readdir_from(
         &self,
         ino: u64,
@@ -75,7 +75,7 @@ impl Vfs {
                 let page = self.pool.readdir(ino, after, limit)?;
                 Ok(page
                     .into_iter()
-                    .map(|e| (e.name, (e.ino, e.kind)))
+                    .map(|e| (e.ino, e.name, (e.ino, e.kind)))
                     .collect())
             },
             |&(ino, kind), cookie, name| add(ino, cookie, kind, name),
@@ -104,6 +104,7 @@ impl Vfs {
                     .into_iter()
                     .map(|(e, attr)| {
                         (
+                            e.ino,
                             e.name,
                             (e.ino, e.kind, attr.map(|a| self.with_live_size(a))),
                         )
@@ -115,7 +116,8 @@ impl Vfs {
     }
 
     /// The listing both kinds share: `dot(ino)` describes `.` and `..`, `page(after, limit)`
-    /// gives at most `limit` entries after a position (fewer only at the directory's end), `add`
+    /// gives at most `limit` entries (inode, name, what `add` takes) after a position (fewer
+    /// only at the directory's end), `add`
     /// takes each until the reply is full. The handle's state is taken out of the map while
     /// listing, so listings of other handles, and metadata reads, never wait on each other (the
     /// kernel sends one request at a time per handle).
@@ -125,7 +127,7 @@ impl Vfs {
         fh: u64,
         offset: u64,
         dot: impl Fn(u64) -> Result<E>,
-        page: impl Fn(Option<ListAfter<'_>>, usize) -> Result<Vec<(Vec<u8>, E)>>,
+        page: impl Fn(Option<ListAfter<'_>>, usize) -> Result<Vec<(u64, Vec<u8>, E)>>,
         mut add: impl FnMut(&E, u64, &[u8]) -> bool,
     ) -> Result<()> {
         let mut listing = self.listings.lock().remove(&fh).unwrap_or_default();
@@ -149,16 +151,18 @@ impl Vfs {
                     return Ok(());
                 }
             }
+            // The entry (inode, name) to go on after.
             let mut after: Option<(u64, Vec<u8>)> = None;
             // Resuming from a cookie this handle did not hand out last: the first entries of
-            // that hash, one of which the cookie was handed out for.
-            let mut from_hash = None;
+            // its inode, one of which the cookie was handed out for.
+            let mut from_ino = None;
             if offset > 2 {
                 match &listing.last {
-                    Some((cookie, name)) if *cookie == offset => {
-                        after = Some((offset, name.clone()))
+                    Some((cookie, ino, name)) if *cookie == offset => {
+                        after = Some((*ino, name.clone()))
                     }
-                    _ => from_hash = Some(offset),
+                    // An offset past every cookie (a program's seekdir) lists nothing more.
+                    _ => from_ino = Some((offset - 1).min(LISTED_INODES.end)),
                 }
             }
             // The cookie the kernel resumes from after this reply.
@@ -166,28 +170,29 @@ impl Vfs {
             let mut want = listing.first_page();
             let mut taken = 0;
             loop {
-                let position = match (&after, from_hash) {
-                    (Some((hash, name)), _) => Some(ListAfter { hash: *hash, name }),
-                    (None, Some(hash)) => Some(ListAfter::hash(hash)),
+                let position = match (&after, from_ino) {
+                    (Some((ino, name)), _) => Some(ListAfter::entry(*ino, name)),
+                    (None, Some(ino)) => Some(ListAfter::ino(ino)),
                     (None, None) => None,
                 };
                 let mut batch = page(position, want)?;
                 // A page shorter than asked for is the directory's end.
                 let at_end = batch.len() < want;
-                let next = batch
-                    .last()
-                    .map(|(name, _)| (name_hash(name), name.clone()));
-                if let Some(hash) = from_hash.take() {
-                    skip_the_named_entry(&mut batch, hash);
+                let next = batch.last().map(|(ino, name, _)| (*ino, name.clone()));
+                // A name of an inode number no build hands out (damage) has no place in
+                // listing order: its cookie would say "start again".
+                batch.retain(|(ino, _, _)| LISTED_INODES.contains(ino));
+                if let Some(ino) = from_ino.take() {
+                    skip_the_named_entry(&mut batch, ino);
                 }
-                for (name, entry) in &batch {
-                    let cookie = name_hash(name);
+                for (entry_ino, name, entry) in &batch {
+                    let cookie = cookie_of(*entry_ino);
                     if add(entry, cookie, name) {
                         listing.fits = taken;
                         return Ok(());
                     }
                     last = cookie;
-                    listing.last = Some((cookie, name.clone()));
+                    listing.last = Some((cookie, *entry_ino, name.clone()));
                     taken += 1;
                 }
                 if at_end {
@@ -203,14 +208,25 @@ impl Vfs {
     }
 }
 
-/// Drops, from a page read from the first entry of hash `hash` on, the entry a cookie of that
-/// hash was handed out for: the one entry of that hash, if it is still there. Two names of one
-/// hash (a chance of 2^-63 for a pair) are both kept, so a listing resumed between them by
-/// another handle may show one of them twice, but never skips one.
-fn skip_the_named_entry<E>(batch: &mut Vec<(Vec<u8>, E)>, hash: u64) {
+/// The inode numbers entries may name: above the root's, below 2^63 − 1 (the metadata hands out
+/// no other).
+const LISTED_INODES: std::ops::Range<u64> = ROOT_INO + 1..i64::MAX as u64;
+
+/// The cookie of an entry naming inode `ino` (in [`LISTED_INODES`]): where a listing goes on
+/// after it. Above 2 (`.` and `..`), and below 2^63, so it fits the kernel's signed offsets.
+fn cookie_of(ino: u64) -> u64 {
+    ino + 1
+}
+
+/// Drops, from a page read from the first entry of inode `ino` on, the entry a cookie of that
+/// inode was handed out for: the one entry of that inode, if it is still there. Where one
+/// directory holds several names of one inode (hard links side by side) all are kept, so a
+/// listing resumed among them through another handle may show one of them twice, but never
+/// skips one.
+fn skip_the_named_entry<E>(batch: &mut Vec<(u64, Vec<u8>, E)>, ino: u64) {
     let same = batch
         .iter()
-        .take_while(|(name, _)| name_hash(name) == hash)
+        .take_while(|(entry_ino, _, _)| *entry_ino == ino)
         .count();
     if same == 1 {
         batch.remove(0);

@@ -5,7 +5,7 @@
 use std::cell::Cell;
 use std::sync::Arc;
 
-use presso_meta::{name_hash, ListAfter, NewNode, ROOT_INO};
+use presso_meta::{ListAfter, NewNode, ROOT_INO};
 
 use super::orphan_tests::{open_pool, uncompressed_pool};
 use super::{Vfs, VfsConfig};
@@ -61,10 +61,15 @@ fn is_dot(name: &[u8]) -> bool {
     name == b"." || name == b".."
 }
 
-/// `names` in listing order, as the metadata keeps them: by hash, then name.
-fn in_listing_order(mut names: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
-    names.sort_by_key(|n| (name_hash(n), n.clone()));
-    names
+/// The inode the simulated directory's entry `i` names: entries are made, and so listed, in
+/// the order of `names`.
+fn ino_of(i: usize) -> u64 {
+    i as u64 + 2
+}
+
+/// The cookie the listing hands out for entry `i`.
+fn cookie_of(i: usize) -> u64 {
+    ino_of(i) + 1
 }
 
 /// Lists `names` (in listing order) through handle `fh`, `capacity` entries a reply, from
@@ -84,12 +89,17 @@ fn list_through(vfs: &Vfs, fh: u64, offset: u64, names: &[Vec<u8>], capacity: us
         largest_page.set(largest_page.get().max(limit));
         queries.set(queries.get() + 1);
         let from = after.map_or(0, |a| {
-            names.partition_point(|n| (name_hash(n), n.as_slice()) <= (a.hash, a.name))
+            let mut i = 0;
+            while i < names.len() && (ino_of(i), names[i].as_slice()) <= (a.ino, a.name) {
+                i += 1;
+            }
+            i
         });
         let batch: Vec<_> = names[from..]
             .iter()
+            .enumerate()
             .take(limit)
-            .map(|n| (n.clone(), ()))
+            .map(|(i, n)| (ino_of(from + i), n.clone(), ()))
             .collect();
         rows.set(rows.get() + batch.len());
         Ok(batch)
@@ -122,13 +132,11 @@ fn list_through(vfs: &Vfs, fh: u64, offset: u64, names: &[Vec<u8>], capacity: us
     }
 }
 
-/// `count` names, in listing order.
+/// `count` names, in the order they are made.
 fn names(count: usize) -> Vec<Vec<u8>> {
-    in_listing_order(
-        (0..count)
-            .map(|i| format!("f{i:05}").into_bytes())
-            .collect(),
-    )
+    (0..count)
+        .map(|i| format!("f{i:05}").into_bytes())
+        .collect()
 }
 
 /// A file layer on a simulated disk and in-memory metadata.
@@ -201,7 +209,6 @@ fn readdir_plus_lists_every_file_of_the_metadata_with_its_attributes() {
             .ino;
         made.push((name, ino));
     }
-    made.sort_by_key(|(name, _)| (name_hash(name), name.clone()));
     let fh = vfs.opendir();
     let mut listed = Vec::new();
     by_replies(0, 25, |offset, reply| {
@@ -229,7 +236,7 @@ fn a_listing_goes_on_from_a_cookie_of_another_handle() {
     let vfs = vfs();
     let all = names(500);
     let first = vfs.opendir();
-    let cookies: Vec<u64> = all.iter().map(|n| name_hash(n)).collect();
+    let cookies: Vec<u64> = (0..all.len()).map(cookie_of).collect();
     for (i, cookie) in cookies.iter().enumerate().step_by(37) {
         let other = vfs.opendir();
         let rest = list_through(&vfs, other, *cookie, &all, 25);
@@ -248,11 +255,56 @@ fn a_listing_goes_on_from_a_cookie_of_another_handle() {
 fn a_listing_resumed_after_its_last_entry_was_removed_goes_on_with_the_next() {
     let vfs = vfs();
     let all = names(60);
-    let cookie = name_hash(&all[30]);
-    let mut without: Vec<Vec<u8>> = all.clone();
-    without.remove(30);
+    // Entry 30 removed: what the metadata lists is every other entry under its own inode.
+    let cookie = cookie_of(30);
     let fh = vfs.opendir();
-    let rest = list_through(&vfs, fh, cookie, &without, 25);
-    assert_eq!(rest.names, all[31..]);
+    let rest = list_through_removed(&vfs, fh, cookie, &all, 30, 25);
+    assert_eq!(rest, all[31..]);
     vfs.releasedir(fh);
+}
+
+/// The names listed from `offset` through handle `fh` when entry `removed` of `names` is gone.
+fn list_through_removed(
+    vfs: &Vfs,
+    fh: u64,
+    offset: u64,
+    names: &[Vec<u8>],
+    removed: usize,
+    capacity: usize,
+) -> Vec<Vec<u8>> {
+    let kept: Vec<(u64, Vec<u8>)> = (0..names.len())
+        .filter(|&i| i != removed)
+        .map(|i| (ino_of(i), names[i].clone()))
+        .collect();
+    let page = |after: Option<ListAfter<'_>>, limit: usize| {
+        let from = after.map_or(0, |a| {
+            kept.partition_point(|(ino, n)| (*ino, n.as_slice()) <= (a.ino, a.name))
+        });
+        Ok(kept[from..]
+            .iter()
+            .take(limit)
+            .map(|(ino, n)| (*ino, n.clone(), ()))
+            .collect())
+    };
+    let mut listed = Vec::new();
+    by_replies(offset, capacity, |offset, reply| {
+        vfs.list_from(
+            ROOT_INO,
+            fh,
+            offset,
+            |_| Ok(()),
+            page,
+            |_, cookie, name| {
+                if reply.full_before(cookie) {
+                    return true;
+                }
+                if !is_dot(name) {
+                    listed.push(name.to_vec());
+                }
+                false
+            },
+        )
+        .expect("list")
+    });
+    listed
 }

@@ -31,8 +31,8 @@ use crossbeam_channel::{bounded, Sender};
 use parking_lot::{Condvar, Mutex};
 use presso_codec::{CodecSpec, Encoded, JobOptions, Offload, Record};
 use presso_meta::{
-    name_hash, Attr, DirEntry, FileKind, LinkFate, ListAfter, MetaError, NewNode, RecordRef,
-    SetAttr, Timespec, TxgOp, Unlinked, XattrFlags, ROOT_INO,
+    Attr, DirEntry, FileKind, LinkFate, ListAfter, MetaError, NewNode, RecordRef, SetAttr,
+    Timespec, TxgOp, Unlinked, XattrFlags, ROOT_INO,
 };
 
 use crate::cache::{CacheStats, RecordCache};

@@ -201,7 +201,7 @@ impl Vfs {
         }
     }
 
-    /// Lists a directory after `after`, in listing order ([`presso_meta::name_hash`]).
+    /// Lists a directory after `after`, in listing order ([`ListAfter`]).
     pub fn readdir(
         &self,
         ino: u64,

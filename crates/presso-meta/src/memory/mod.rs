@@ -27,7 +27,7 @@ use crate::engine::{
     CodecSpace, Dentry, InodeRow, MetaEngine, RecordLocation, RecordRef, SegmentUsage, Txn,
 };
 use crate::error::{MetaError, Result};
-use crate::types::{name_hash, ListAfter};
+use crate::types::ListAfter;
 
 pub mod faults;
 
@@ -37,8 +37,9 @@ use faults::Faults;
 #[derive(Debug, Default, Clone)]
 struct State {
     inodes: BTreeMap<u64, InodeRow>,
-    /// By directory, then in listing order: [`name_hash`], then name.
-    dentries: BTreeMap<(u64, u64, Vec<u8>), Dentry>,
+    dentries: BTreeMap<(u64, Vec<u8>), Dentry>,
+    /// (parent, ino, name) of every entry: each directory's entries in listing order.
+    listing: BTreeSet<(u64, u64, Vec<u8>)>,
     xattrs: BTreeMap<(u64, Vec<u8>), Vec<u8>>,
     records: BTreeMap<(u64, u64), RecordRef>,
     props: BTreeMap<(u64, String), String>,
@@ -52,16 +53,11 @@ struct State {
 /// The previous value of one key, to restore on rollback.
 enum Undo {
     Inode(u64, Option<InodeRow>),
-    Dentry((u64, u64, Vec<u8>), Option<Dentry>),
+    Dentry((u64, Vec<u8>), Option<Dentry>),
     Xattr((u64, Vec<u8>), Option<Vec<u8>>),
     Record((u64, u64), Option<RecordRef>),
     Prop((u64, String), Option<String>),
     Counter(String, Option<u64>),
-}
-
-/// Where entry `name` of `parent` sits among the directory entries.
-fn dentry_key(parent: u64, name: &[u8]) -> (u64, u64, Vec<u8>) {
-    (parent, name_hash(name), name.to_vec())
 }
 
 fn restore<K: Ord, V>(map: &mut BTreeMap<K, V>, key: K, old: Option<V>) {
@@ -112,12 +108,31 @@ impl State {
         old
     }
 
+    /// Sets or removes directory entry `key`, keeping [`State::listing`] in step; returns the
+    /// entry it replaced.
+    fn set_dentry(&mut self, key: (u64, Vec<u8>), entry: Option<Dentry>) -> Option<Dentry> {
+        let (parent, name) = key;
+        let old = match entry {
+            Some(d) => self.dentries.insert((parent, name.clone()), d),
+            None => self.dentries.remove(&(parent, name.clone())),
+        };
+        if let Some(o) = old {
+            self.listing.remove(&(parent, o.ino, name.clone()));
+        }
+        if let Some(d) = entry {
+            self.listing.insert((parent, d.ino, name));
+        }
+        old
+    }
+
     fn undo(&mut self, u: Undo) {
         match u {
             Undo::Inode(k, v) => {
                 self.set_inode(k, v);
             }
-            Undo::Dentry(k, v) => restore(&mut self.dentries, k, v),
+            Undo::Dentry(k, v) => {
+                self.set_dentry(k, v);
+            }
             Undo::Xattr(k, v) => restore(&mut self.xattrs, k, v),
             Undo::Record(k, v) => {
                 self.set_record(k, v);
@@ -319,21 +334,21 @@ impl Txn for MemTxn<'_> {
     }
 
     fn get_dentry(&mut self, parent: u64, name: &[u8]) -> Result<Option<Dentry>> {
-        Ok(self.st().dentries.get(&dentry_key(parent, name)).copied())
+        Ok(self.st().dentries.get(&(parent, name.to_vec())).copied())
     }
 
     fn put_dentry(&mut self, parent: u64, name: &[u8], entry: Dentry) -> Result<()> {
         let (st, undo) = self.st_mut()?;
-        let key = dentry_key(parent, name);
-        let old = st.dentries.insert(key.clone(), entry);
+        let key = (parent, name.to_vec());
+        let old = st.set_dentry(key.clone(), Some(entry));
         undo.push(Undo::Dentry(key, old));
         Ok(())
     }
 
     fn delete_dentry(&mut self, parent: u64, name: &[u8]) -> Result<bool> {
         let (st, undo) = self.st_mut()?;
-        let key = dentry_key(parent, name);
-        let old = st.dentries.remove(&key);
+        let key = (parent, name.to_vec());
+        let old = st.set_dentry(key.clone(), None);
         let existed = old.is_some();
         undo.push(Undo::Dentry(key, old));
         Ok(existed)
@@ -346,16 +361,16 @@ impl Txn for MemTxn<'_> {
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Dentry)>> {
         let start = match after {
-            Some(a) => Bound::Excluded((parent, a.hash, a.name.to_vec())),
+            Some(a) => Bound::Excluded((parent, a.ino, a.name.to_vec())),
             None => Bound::Included((parent, 0, Vec::new())),
         };
-        Ok(self
-            .st()
-            .dentries
+        let st = self.st();
+        Ok(st
+            .listing
             .range((start, Bound::Unbounded))
-            .take_while(|((p, _, _), _)| *p == parent)
+            .take_while(|(p, _, _)| *p == parent)
             .take(limit)
-            .map(|((_, _, n), d)| (n.clone(), *d))
+            .map(|(p, _, n)| (n.clone(), st.dentries[&(*p, n.clone())]))
             .collect())
     }
 
@@ -363,8 +378,8 @@ impl Txn for MemTxn<'_> {
         Ok(self
             .st()
             .dentries
-            .range((parent, 0, Vec::new())..)
-            .take_while(|((p, _, _), _)| *p == parent)
+            .range((parent, Vec::new())..)
+            .take_while(|((p, _), _)| *p == parent)
             .count() as u64)
     }
 

@@ -2,67 +2,21 @@
 
 use super::conn::{pg, Conn};
 use crate::error::{MetaError, Result};
-use crate::types::name_hash;
 
 /// The schema version this build writes and understands.
 pub const PG_SCHEMA_VERSION: u32 = 1 + MIGRATIONS.len() as u32;
 
-/// One step from a schema version to the next.
-enum Migration {
-    /// Statements.
-    Sql(&'static str),
-    /// A step that needs what SQL cannot compute.
-    Rust(fn(&mut postgres::Transaction<'_>) -> Result<()>),
-}
-
 /// Steps from each older version to the next: `MIGRATIONS[i]` takes version `i + 1` to `i + 2`.
 /// They run in one transaction with the version update, so a pool is never half migrated. A new
 /// pool is made at version 1 and migrated like an old one, so every step runs at every create.
-const MIGRATIONS: &[Migration] = &[
+const MIGRATIONS: &[&str] = &[
     // 2: "does any file have this extended attribute?" (asked at every mount for
     // `security.capability`) reads one index entry instead of every attribute.
-    Migration::Sql("CREATE INDEX xattrs_by_name ON xattrs (name)"),
-    // 3: directory entries in listing order, by `name_hash` and then name, so that a listing
-    // resumes from a hash alone.
-    Migration::Rust(order_dentries_by_hash),
+    "CREATE INDEX xattrs_by_name ON xattrs (name)",
+    // 3: each directory's entries in listing order (inode number, then name), so a listing
+    // resumes from an inode number alone.
+    "CREATE INDEX dentries_by_ino ON dentries (parent, ino, name)",
 ];
-
-/// Entries rehashed per statement by [`order_dentries_by_hash`].
-const REHASH_BATCH: usize = 10_000;
-
-/// Migration 3: stores each entry's [`name_hash`] and makes `(parent, hash, name)` the key.
-fn order_dentries_by_hash(tx: &mut postgres::Transaction<'_>) -> Result<()> {
-    tx.batch_execute("ALTER TABLE dentries ADD COLUMN hash BIGINT")
-        .map_err(pg)?;
-    let rows = tx
-        .query("SELECT parent, name FROM dentries", &[])
-        .map_err(pg)?;
-    for batch in rows.chunks(REHASH_BATCH) {
-        let mut parents = Vec::with_capacity(batch.len());
-        let mut names = Vec::with_capacity(batch.len());
-        let mut hashes = Vec::with_capacity(batch.len());
-        for row in batch {
-            let parent: i64 = row.try_get(0).map_err(super::conn::bad_row)?;
-            let name: Vec<u8> = row.try_get(1).map_err(super::conn::bad_row)?;
-            hashes.push(name_hash(&name) as i64);
-            parents.push(parent);
-            names.push(name);
-        }
-        tx.execute(
-            "UPDATE dentries d SET hash = v.hash
-             FROM unnest($1::BIGINT[], $2::BYTEA[], $3::BIGINT[]) AS v (parent, name, hash)
-             WHERE d.parent = v.parent AND d.name = v.name",
-            &[&parents, &names, &hashes],
-        )
-        .map_err(pg)?;
-    }
-    tx.batch_execute(
-        "ALTER TABLE dentries ALTER COLUMN hash SET NOT NULL;
-         ALTER TABLE dentries DROP CONSTRAINT dentries_pkey;
-         ALTER TABLE dentries ADD PRIMARY KEY (parent, hash, name);",
-    )
-    .map_err(pg)
-}
 
 const TABLES: &str = "
 CREATE TABLE inodes (
@@ -158,10 +112,7 @@ pub(super) fn create(conn: &mut Conn, schema: &str) -> Result<()> {
 fn migrate(tx: &mut postgres::Transaction<'_>, found: i64) -> Result<()> {
     let from = usize::try_from(found - 1).unwrap_or(0);
     for step in MIGRATIONS.iter().skip(from) {
-        match step {
-            Migration::Sql(sql) => tx.batch_execute(sql).map_err(pg)?,
-            Migration::Rust(run) => run(tx)?,
-        }
+        tx.batch_execute(step).map_err(pg)?;
     }
     tx.execute(
         "UPDATE meta_version SET version = $1 WHERE id = 0",

@@ -14,7 +14,7 @@ use crate::engine::{
     SegmentUsage, Txn,
 };
 use crate::error::{MetaError, Result};
-use crate::{name_hash, ListAfter};
+use crate::ListAfter;
 
 /// The engine's statements. Each is prepared once per connection, at its first use.
 mod sql {
@@ -31,17 +31,15 @@ mod sql {
         rdev = EXCLUDED.rdev, parent = EXCLUDED.parent, target = EXCLUDED.target";
     pub const DELETE_INODE: &str = "DELETE FROM inodes WHERE ino = $1";
 
-    pub const GET_DENTRY: &str =
-        "SELECT ino, kind FROM dentries WHERE parent = $1 AND hash = $2 AND name = $3";
-    pub const PUT_DENTRY: &str = "INSERT INTO dentries (parent, hash, name, ino, kind) \
-        VALUES ($1, $2, $3, $4, $5) \
-        ON CONFLICT (parent, hash, name) DO UPDATE SET ino = EXCLUDED.ino, kind = EXCLUDED.kind";
-    pub const DELETE_DENTRY: &str =
-        "DELETE FROM dentries WHERE parent = $1 AND hash = $2 AND name = $3";
-    /// Entries of `$1` after `($2, $3)` in listing order (hash, then name).
+    pub const GET_DENTRY: &str = "SELECT ino, kind FROM dentries WHERE parent = $1 AND name = $2";
+    pub const PUT_DENTRY: &str = "INSERT INTO dentries (parent, name, ino, kind) \
+        VALUES ($1, $2, $3, $4) \
+        ON CONFLICT (parent, name) DO UPDATE SET ino = EXCLUDED.ino, kind = EXCLUDED.kind";
+    pub const DELETE_DENTRY: &str = "DELETE FROM dentries WHERE parent = $1 AND name = $2";
+    /// Entries of `$1` after `($2, $3)` in listing order (inode number, then name).
     pub const LIST_DENTRIES: &str = "SELECT name, ino, kind FROM dentries \
-        WHERE parent = $1 AND hash >= $2 AND (hash > $2 OR name > $3) \
-        ORDER BY hash, name LIMIT $4";
+        WHERE parent = $1 AND ino >= $2 AND (ino > $2 OR name > $3) \
+        ORDER BY ino, name LIMIT $4";
     /// Names of `parent` with their inode rows, the inode's columns first in the order
     /// `inode_at` reads them; `$cond` narrows the names, `$limit` is the limit's parameter.
     macro_rules! listed_with_inodes {
@@ -52,13 +50,13 @@ mod sql {
                 "i.target, d.name, d.ino, d.kind ",
                 "FROM dentries d LEFT JOIN inodes i ON i.ino = d.ino WHERE d.parent = $1",
                 $cond,
-                " ORDER BY d.hash, d.name LIMIT ",
+                " ORDER BY d.ino, d.name LIMIT ",
                 $limit
             )
         };
     }
     pub const LIST_WITH_INODES: &str =
-        listed_with_inodes!(" AND d.hash >= $2 AND (d.hash > $2 OR d.name > $3)", "$4");
+        listed_with_inodes!(" AND d.ino >= $2 AND (d.ino > $2 OR d.name > $3)", "$4");
     pub const COUNT_DENTRIES: &str = "SELECT COUNT(*) FROM dentries WHERE parent = $1";
 
     pub const GET_XATTR: &str = "SELECT value FROM xattrs WHERE ino = $1 AND name = $2";
@@ -330,8 +328,7 @@ impl Txn for PgTxn<'_> {
     }
 
     fn get_dentry(&mut self, parent: u64, name: &[u8]) -> Result<Option<Dentry>> {
-        let hash = name_hash(name) as i64;
-        self.row(sql::GET_DENTRY, &[&(parent as i64), &hash, &name])?
+        self.row(sql::GET_DENTRY, &[&(parent as i64), &name])?
             .map(|r| {
                 Ok(Dentry {
                     ino: u(&r, 0)?,
@@ -346,7 +343,6 @@ impl Txn for PgTxn<'_> {
             sql::PUT_DENTRY,
             &[
                 &(parent as i64),
-                &(name_hash(name) as i64),
                 &name,
                 &(entry.ino as i64),
                 &i16::from(entry.kind.code()),
@@ -356,8 +352,7 @@ impl Txn for PgTxn<'_> {
     }
 
     fn delete_dentry(&mut self, parent: u64, name: &[u8]) -> Result<bool> {
-        let hash = name_hash(name) as i64;
-        Ok(self.change(sql::DELETE_DENTRY, &[&(parent as i64), &hash, &name])? > 0)
+        Ok(self.change(sql::DELETE_DENTRY, &[&(parent as i64), &name])? > 0)
     }
 
     fn list_dentries(
@@ -366,10 +361,10 @@ impl Txn for PgTxn<'_> {
         after: Option<ListAfter<'_>>,
         n: usize,
     ) -> Result<Vec<(Vec<u8>, Dentry)>> {
-        let (hash, name) = listing_position(after);
+        let (ino, name) = listing_position(after);
         let rows = self.rows(
             sql::LIST_DENTRIES,
-            &[&(parent as i64), &hash, &name, &limit(n)],
+            &[&(parent as i64), &ino, &name, &limit(n)],
         )?;
         rows.iter().map(|r| dentry_at(r, 0)).collect()
     }
@@ -380,10 +375,10 @@ impl Txn for PgTxn<'_> {
         after: Option<ListAfter<'_>>,
         n: usize,
     ) -> Result<Vec<ListedDentry>> {
-        let (hash, name) = listing_position(after);
+        let (ino, name) = listing_position(after);
         let rows = self.rows(
             sql::LIST_WITH_INODES,
-            &[&(parent as i64), &hash, &name, &limit(n)],
+            &[&(parent as i64), &ino, &name, &limit(n)],
         )?;
         rows.iter()
             .map(|r| {

@@ -17,7 +17,7 @@ use crate::engine::{
     RecordRef, SegmentUsage, Txn,
 };
 use crate::error::{MetaError, Result};
-use crate::{name_hash, ListAfter};
+use crate::ListAfter;
 
 impl Txn for SqliteTxn<'_> {
     fn get_inode(&mut self, ino: u64) -> Result<Option<InodeRow>> {
@@ -91,17 +91,12 @@ impl Txn for SqliteTxn<'_> {
         // An entry not held is not pending, so SQLite's is current (see `get_inode`).
         let got: Result<Option<(i64, u8)>> = self
             .reader()?
-            .prepare_cached(
-                "SELECT ino, kind FROM dentries WHERE parent = ?1 AND hash = ?2 AND name = ?3",
-            )
+            .prepare_cached("SELECT ino, kind FROM dentries WHERE parent = ?1 AND name = ?2")
             .map_err(self.err())
             .and_then(|mut st| {
-                let hash = name_hash(name) as i64;
-                st.query_row(params![parent as i64, hash, name], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })
-                .optional()
-                .map_err(self.err())
+                st.query_row(params![parent as i64, name], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()
+                    .map_err(self.err())
             });
         let entry = match self.settle(got)? {
             Some((ino, k)) => Some(Dentry {
@@ -155,17 +150,17 @@ impl Txn for SqliteTxn<'_> {
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Dentry)>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let (hash, name) = listing_position(after);
+        let (ino, name) = listing_position(after);
         let mut st = self
             .c()?
             .prepare_cached(
                 "SELECT name, ino, kind FROM dentries
-                 WHERE parent = ?1 AND hash >= ?2 AND (hash > ?2 OR name > ?3)
-                 ORDER BY hash, name LIMIT ?4",
+                 WHERE parent = ?1 AND ino >= ?2 AND (ino > ?2 OR name > ?3)
+                 ORDER BY ino, name LIMIT ?4",
             )
             .map_err(self.err())?;
         let rows = st
-            .query_map(params![parent as i64, hash, name, limit], |r| {
+            .query_map(params![parent as i64, ino, name, limit], |r| {
                 Ok((
                     r.get::<_, Vec<u8>>(0)?,
                     r.get::<_, i64>(1)?,
@@ -202,13 +197,13 @@ impl Txn for SqliteTxn<'_> {
                         i.atime_ns, i.mtime_s, i.mtime_ns, i.ctime_s, i.ctime_ns, i.rdev,
                         i.parent, i.target, d.name, d.ino, d.kind
                  FROM dentries d LEFT JOIN inodes i ON i.ino = d.ino
-                 WHERE d.parent = ?1 AND d.hash >= ?2 AND (d.hash > ?2 OR d.name > ?3)
-                 ORDER BY d.hash, d.name LIMIT ?4",
+                 WHERE d.parent = ?1 AND d.ino >= ?2 AND (d.ino > ?2 OR d.name > ?3)
+                 ORDER BY d.ino, d.name LIMIT ?4",
             )
             .map_err(self.err())?;
-        let (hash, name) = listing_position(after);
+        let (ino, name) = listing_position(after);
         let rows = st
-            .query_map(params![parent as i64, hash, name, limit], |r| {
+            .query_map(params![parent as i64, ino, name, limit], |r| {
                 let inode = match r.get::<_, Option<i64>>(0)? {
                     Some(_) => Some(row_to_inode(r)?),
                     None => None,

@@ -1,7 +1,7 @@
 //! Conversions between SQLite rows and engine rows, and the SQL text shared by several queries.
 
 use crate::engine::{Dentry, FileKind, InodeRow, RecordLocation, RecordRef, Timespec};
-use crate::{name_hash, Attr};
+use crate::Attr;
 
 /// The time in columns `secs` and `secs + 1` (seconds, nanoseconds). Nanoseconds outside
 /// `0..1_000_000_000` are a conversion failure (the database is damaged).
@@ -63,23 +63,17 @@ pub(super) fn write_dentry(
     match entry {
         Some(d) => conn
             .prepare_cached(
-                "INSERT OR REPLACE INTO dentries (parent, hash, name, ino, kind)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT OR REPLACE INTO dentries (parent, name, ino, kind) VALUES (?1, ?2, ?3, ?4)",
             )?
             .execute(rusqlite::params![
                 parent as i64,
-                name_hash(name) as i64,
                 name,
                 d.ino as i64,
                 d.kind.code()
             ]),
         None => conn
-            .prepare_cached("DELETE FROM dentries WHERE parent = ?1 AND hash = ?2 AND name = ?3")?
-            .execute(rusqlite::params![
-                parent as i64,
-                name_hash(name) as i64,
-                name
-            ]),
+            .prepare_cached("DELETE FROM dentries WHERE parent = ?1 AND name = ?2")?
+            .execute(rusqlite::params![parent as i64, name]),
     }
 }
 

@@ -4,11 +4,9 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use super::eng;
 use crate::error::{MetaError, Result};
-use crate::types::name_hash;
 
-/// The schema version this build writes and understands. Version 1 ordered directory entries
-/// by name; version 2 by [`name_hash`], then name ([`migrate_to_2`]).
-pub const SCHEMA_VERSION: u32 = 2;
+/// The schema version this build writes and understands.
+pub const SCHEMA_VERSION: u32 = 1;
 
 const SCHEMA: &str = "
 CREATE TABLE inodes (
@@ -31,11 +29,10 @@ CREATE TABLE inodes (
 );
 CREATE TABLE dentries (
     parent INTEGER NOT NULL,
-    hash INTEGER NOT NULL,
     name BLOB NOT NULL,
     ino INTEGER NOT NULL,
     kind INTEGER NOT NULL,
-    PRIMARY KEY (parent, hash, name)
+    PRIMARY KEY (parent, name)
 ) WITHOUT ROWID;
 CREATE TABLE xattrs (
     ino INTEGER NOT NULL,
@@ -75,11 +72,14 @@ CREATE TABLE counters (
 /// last column, `inline_data`, is always NULL there (one byte per entry); it is listed only so
 /// that SQLite sees the index covers the `inline_data IS NULL` term and never visits the table.
 /// `inodes_orphans` holds only inodes with `nlink = 0`, so finding orphans costs nothing while
-/// there are none.
+/// there are none. `dentries_by_ino` keeps each directory's entries in listing order (by inode
+/// number, then name: see [`ListAfter`](crate::ListAfter)); new inodes take ever larger numbers,
+/// so creating names appends to it.
 const INDEXES: &str = "
 CREATE INDEX IF NOT EXISTS records_by_segment
     ON records (segment, offset, stored_len, inline_data) WHERE inline_data IS NULL;
 CREATE INDEX IF NOT EXISTS inodes_orphans ON inodes (ino) WHERE nlink = 0;
+CREATE INDEX IF NOT EXISTS dentries_by_ino ON dentries (parent, ino, name);
 ";
 
 /// Checks, reading only, that an existing database holds Presso's schema (see
@@ -130,7 +130,6 @@ pub(super) fn create_or_check(conn: &mut Connection) -> Result<()> {
             .map_err(eng)?;
         }
         Some(v) if v == i64::from(SCHEMA_VERSION) => {}
-        Some(1) => migrate_to_2(&tx)?,
         Some(v) if v > i64::from(SCHEMA_VERSION) => {
             return Err(MetaError::SchemaTooNew {
                 found: u32::try_from(v).unwrap_or(u32::MAX),
@@ -138,61 +137,12 @@ pub(super) fn create_or_check(conn: &mut Connection) -> Result<()> {
             });
         }
         Some(v) => {
-            return Err(MetaError::Corrupt(format!(
-                "the metadata has schema version {v}, which no build wrote"
+            return Err(MetaError::engine(format!(
+                "unsupported old schema version {v} (no migration available)"
             )));
         }
     }
     tx.execute_batch(INDEXES).map_err(eng)?;
     tx.commit().map_err(eng)?;
-    Ok(())
-}
-
-/// Takes a version-1 database to version 2, inside the caller's transaction (so a database is
-/// never half migrated): the directory entries move to a table ordered by [`name_hash`], which
-/// SQLite cannot compute, so each row is copied here.
-fn migrate_to_2(tx: &rusqlite::Transaction<'_>) -> Result<()> {
-    tx.execute_batch(
-        "CREATE TABLE dentries_v2 (
-            parent INTEGER NOT NULL,
-            hash INTEGER NOT NULL,
-            name BLOB NOT NULL,
-            ino INTEGER NOT NULL,
-            kind INTEGER NOT NULL,
-            PRIMARY KEY (parent, hash, name)
-        ) WITHOUT ROWID;",
-    )
-    .map_err(eng)?;
-    {
-        let mut read = tx
-            .prepare("SELECT parent, name, ino, kind FROM dentries")
-            .map_err(eng)?;
-        let mut write = tx
-            .prepare(
-                "INSERT INTO dentries_v2 (parent, hash, name, ino, kind)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-            )
-            .map_err(eng)?;
-        let mut rows = read.query([]).map_err(eng)?;
-        while let Some(row) = rows.next().map_err(eng)? {
-            let parent: i64 = row.get(0).map_err(eng)?;
-            let name: Vec<u8> = row.get(1).map_err(eng)?;
-            let ino: i64 = row.get(2).map_err(eng)?;
-            let kind: i64 = row.get(3).map_err(eng)?;
-            write
-                .execute(params![parent, name_hash(&name) as i64, name, ino, kind])
-                .map_err(eng)?;
-        }
-    }
-    tx.execute_batch(
-        "DROP TABLE dentries;
-         ALTER TABLE dentries_v2 RENAME TO dentries;",
-    )
-    .map_err(eng)?;
-    tx.execute(
-        "UPDATE meta_version SET version = ?1 WHERE id = 0",
-        params![SCHEMA_VERSION],
-    )
-    .map_err(eng)?;
     Ok(())
 }

@@ -160,10 +160,10 @@ fn cached_statements_run_again_without_being_compiled_again() {
     let mut tx = e.begin_read().unwrap();
     for round in 0..3 {
         tx.list_dentries(root, None, 2).unwrap();
-        tx.list_dentries(root, Some(ListAfter::entry(b"a")), 2 + round)
+        tx.list_dentries(root, Some(ListAfter::entry(2, b"a")), 2 + round)
             .unwrap();
         tx.list_dentries_with_inodes(root, None, 2).unwrap();
-        tx.list_dentries_with_inodes(root, Some(ListAfter::entry(b"a")), 2 + round)
+        tx.list_dentries_with_inodes(root, Some(ListAfter::entry(2, b"a")), 2 + round)
             .unwrap();
         tx.scan_records(None, 2 + round).unwrap();
         tx.scan_records(Some((root, 0)), 2 + round).unwrap();
@@ -178,7 +178,7 @@ fn cached_statements_run_again_without_being_compiled_again() {
         let name = format!("w{round}");
         let mut tx = e.write().unwrap();
         tx.put_dentry(root, name.as_bytes(), entry).unwrap();
-        tx.list_dentries(root, Some(ListAfter::entry(b"a")), 2 + round)
+        tx.list_dentries(root, Some(ListAfter::entry(2, b"a")), 2 + round)
             .unwrap();
         tx.list_dentries_with_inodes(root, None, 2 + round).unwrap();
         tx.set_counter("test", round as u64).unwrap();
