@@ -276,6 +276,18 @@ fn list_through_removed(
         .filter(|&i| i != removed)
         .map(|i| (ino_of(i), names[i].clone()))
         .collect();
+    list_entries(vfs, fh, offset, &kept, capacity)
+}
+
+/// The names listed from `offset` through handle `fh` of a directory holding `entries` (inode,
+/// name), in listing order.
+fn list_entries(
+    vfs: &Vfs,
+    fh: u64,
+    offset: u64,
+    kept: &[(u64, Vec<u8>)],
+    capacity: usize,
+) -> Vec<Vec<u8>> {
     let page = |after: Option<ListAfter<'_>>, limit: usize| {
         let from = after.map_or(0, |a| {
             kept.partition_point(|(ino, n)| (*ino, n.as_slice()) <= (a.ino, a.name))
@@ -307,4 +319,31 @@ fn list_through_removed(
         .expect("list")
     });
     listed
+}
+
+#[test]
+fn names_of_one_inode_side_by_side_list_once_each() {
+    // Hard links in one directory share their inode, so their cookie: a handle still resumes
+    // exactly after its own last entry, even in replies of one entry.
+    let vfs = vfs();
+    let entries: Vec<(u64, Vec<u8>)> = [(2, "a"), (3, "b"), (3, "c"), (3, "d"), (4, "e")]
+        .iter()
+        .map(|(ino, name)| (*ino, name.as_bytes().to_vec()))
+        .collect();
+    let all: Vec<Vec<u8>> = entries.iter().map(|(_, n)| n.clone()).collect();
+    for capacity in [1, 2, 3, 10] {
+        let fh = vfs.opendir();
+        assert_eq!(
+            list_entries(&vfs, fh, 0, &entries, capacity),
+            all,
+            "{capacity}"
+        );
+        vfs.releasedir(fh);
+    }
+    // From another handle's cookie of the shared inode: the whole group again (one repeated,
+    // none skipped), then on to the end through this handle.
+    let fh = vfs.opendir();
+    let rest = list_entries(&vfs, fh, 4, &entries, 1);
+    assert_eq!(rest, all[1..]);
+    vfs.releasedir(fh);
 }
