@@ -56,9 +56,10 @@ impl Vfs {
 
     /// Lists directory `ino` through handle `fh` from `offset` (0 = the start, a new pass),
     /// calling `add(ino, cookie, kind, name)` for each entry until it returns `true` (the reply
-    /// is full). Cookies 1 and 2 are `.` and `..`; every other is [`cookie_of`] the entry it
-    /// resumes after, so entries removed or made meanwhile shift nothing (resuming by position
-    /// skipped entries when a program unlinked entries as it read them).
+    /// is full). Cookies 1 and 2 are `.` and `..`; every other is the inode number the entry it
+    /// resumes after names, plus one: its place in listing order ([`ListAfter`]), so entries
+    /// removed or made meanwhile shift nothing (resuming by position skipped entries when a
+    /// program unlinked entries as it read them), and any handle resumes from it.
     pub fn readdir_from(
         &self,
         ino: u64,

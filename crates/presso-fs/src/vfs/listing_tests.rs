@@ -72,8 +72,7 @@ fn cookie_of(i: usize) -> u64 {
     ino_of(i) + 1
 }
 
-/// Lists `names` (in listing order) through handle `fh`, `capacity` entries a reply, from
-/// `offset`, as the metadata would give them.
+/// Lists a directory holding `names` (in the order made) through a new handle, from the start.
 fn list(vfs: &Vfs, names: &[Vec<u8>], capacity: usize) -> Listed {
     let fh = vfs.opendir();
     let listed = list_through(vfs, fh, 0, names, capacity);
@@ -81,7 +80,26 @@ fn list(vfs: &Vfs, names: &[Vec<u8>], capacity: usize) -> Listed {
     listed
 }
 
+/// Lists a directory holding `names` (in the order made, entry `i` naming [`ino_of`]`(i)`)
+/// through handle `fh` from `offset`.
 fn list_through(vfs: &Vfs, fh: u64, offset: u64, names: &[Vec<u8>], capacity: usize) -> Listed {
+    let entries: Vec<(u64, Vec<u8>)> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (ino_of(i), n.clone()))
+        .collect();
+    list_entries(vfs, fh, offset, &entries, capacity)
+}
+
+/// Lists a directory holding `entries` (inode, name; in listing order) through handle `fh` from
+/// `offset`, `capacity` entries a reply, as the metadata would give them.
+fn list_entries(
+    vfs: &Vfs,
+    fh: u64,
+    offset: u64,
+    entries: &[(u64, Vec<u8>)],
+    capacity: usize,
+) -> Listed {
     let rows = Cell::new(0);
     let largest_page = Cell::new(0);
     let queries = Cell::new(0);
@@ -89,17 +107,12 @@ fn list_through(vfs: &Vfs, fh: u64, offset: u64, names: &[Vec<u8>], capacity: us
         largest_page.set(largest_page.get().max(limit));
         queries.set(queries.get() + 1);
         let from = after.map_or(0, |a| {
-            let mut i = 0;
-            while i < names.len() && (ino_of(i), names[i].as_slice()) <= (a.ino, a.name) {
-                i += 1;
-            }
-            i
+            entries.partition_point(|(ino, n)| (*ino, n.as_slice()) <= (a.ino, a.name))
         });
-        let batch: Vec<_> = names[from..]
+        let batch: Vec<_> = entries[from..]
             .iter()
-            .enumerate()
             .take(limit)
-            .map(|(i, n)| (ino_of(from + i), n.clone(), ()))
+            .map(|(ino, n)| (*ino, n.clone(), ()))
             .collect();
         rows.set(rows.get() + batch.len());
         Ok(batch)
@@ -276,49 +289,7 @@ fn list_through_removed(
         .filter(|&i| i != removed)
         .map(|i| (ino_of(i), names[i].clone()))
         .collect();
-    list_entries(vfs, fh, offset, &kept, capacity)
-}
-
-/// The names listed from `offset` through handle `fh` of a directory holding `entries` (inode,
-/// name), in listing order.
-fn list_entries(
-    vfs: &Vfs,
-    fh: u64,
-    offset: u64,
-    kept: &[(u64, Vec<u8>)],
-    capacity: usize,
-) -> Vec<Vec<u8>> {
-    let page = |after: Option<ListAfter<'_>>, limit: usize| {
-        let from = after.map_or(0, |a| {
-            kept.partition_point(|(ino, n)| (*ino, n.as_slice()) <= (a.ino, a.name))
-        });
-        Ok(kept[from..]
-            .iter()
-            .take(limit)
-            .map(|(ino, n)| (*ino, n.clone(), ()))
-            .collect())
-    };
-    let mut listed = Vec::new();
-    by_replies(offset, capacity, |offset, reply| {
-        vfs.list_from(
-            ROOT_INO,
-            fh,
-            offset,
-            |_| Ok(()),
-            page,
-            |_, cookie, name| {
-                if reply.full_before(cookie) {
-                    return true;
-                }
-                if !is_dot(name) {
-                    listed.push(name.to_vec());
-                }
-                false
-            },
-        )
-        .expect("list")
-    });
-    listed
+    list_entries(vfs, fh, offset, &kept, capacity).names
 }
 
 #[test]
@@ -333,17 +304,14 @@ fn names_of_one_inode_side_by_side_list_once_each() {
     let all: Vec<Vec<u8>> = entries.iter().map(|(_, n)| n.clone()).collect();
     for capacity in [1, 2, 3, 10] {
         let fh = vfs.opendir();
-        assert_eq!(
-            list_entries(&vfs, fh, 0, &entries, capacity),
-            all,
-            "{capacity}"
-        );
+        let listed = list_entries(&vfs, fh, 0, &entries, capacity);
+        assert_eq!(listed.names, all, "{capacity}");
         vfs.releasedir(fh);
     }
     // From another handle's cookie of the shared inode: the whole group again (one repeated,
     // none skipped), then on to the end through this handle.
     let fh = vfs.opendir();
     let rest = list_entries(&vfs, fh, 4, &entries, 1);
-    assert_eq!(rest, all[1..]);
+    assert_eq!(rest.names, all[1..]);
     vfs.releasedir(fh);
 }
