@@ -386,3 +386,45 @@ fn a_listing_read_across_a_cache_drop_goes_on_to_its_end() {
     names.dedup();
     assert_eq!(names.len(), 2000, "every entry once");
 }
+
+#[test]
+fn many_names_of_one_file_in_one_directory_list_once_each() {
+    // Hard links in one directory share their place in listing order and their cookie; more of
+    // them than one reply holds must still list once each, also across a cache drop.
+    let f = Fixture::new("listing-links");
+    let dir = f.p("d");
+    std::fs::create_dir(&dir).unwrap();
+    let name = |i: usize| format!("{i:05}-{}", "l".repeat(100));
+    std::fs::write(dir.join("before"), b"x").unwrap();
+    std::fs::write(dir.join(name(0)), b"x").unwrap();
+    for i in 1..2000 {
+        std::fs::hard_link(dir.join(name(0)), dir.join(name(i))).unwrap();
+    }
+    std::fs::write(dir.join("after"), b"x").unwrap();
+    let listed = |drop_part_way: bool| {
+        let mut listing = std::fs::read_dir(&dir).unwrap();
+        let first = listing.next().expect("an entry").unwrap();
+        if drop_part_way {
+            std::fs::write("/proc/sys/vm/drop_caches", "1").expect("dropping caches needs root");
+        }
+        let mut names = vec![first.file_name()];
+        for entry in listing {
+            names.push(entry.unwrap().file_name());
+        }
+        names
+    };
+    for drop_part_way in [false, false, true] {
+        let names = listed(drop_part_way);
+        let mut unique = names.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(
+            unique.len(),
+            2002,
+            "every name listed (dropped: {drop_part_way})"
+        );
+        if !drop_part_way {
+            assert_eq!(names.len(), 2002, "and once");
+        }
+    }
+}
