@@ -38,8 +38,8 @@ use faults::Faults;
 struct State {
     inodes: BTreeMap<u64, InodeRow>,
     dentries: BTreeMap<(u64, Vec<u8>), Dentry>,
-    /// (parent, ino, name) of every entry: each directory's entries in listing order.
-    listing: BTreeSet<(u64, u64, Vec<u8>)>,
+    /// Every entry again, under (parent, ino, name): each directory's entries in listing order.
+    listing: BTreeMap<(u64, u64, Vec<u8>), Dentry>,
     xattrs: BTreeMap<(u64, Vec<u8>), Vec<u8>>,
     records: BTreeMap<(u64, u64), RecordRef>,
     props: BTreeMap<(u64, String), String>,
@@ -120,7 +120,7 @@ impl State {
             self.listing.remove(&(parent, o.ino, name.clone()));
         }
         if let Some(d) = entry {
-            self.listing.insert((parent, d.ino, name));
+            self.listing.insert((parent, d.ino, name), d);
         }
         old
     }
@@ -364,13 +364,13 @@ impl Txn for MemTxn<'_> {
             Some(a) => Bound::Excluded((parent, a.ino, a.name.to_vec())),
             None => Bound::Included((parent, 0, Vec::new())),
         };
-        let st = self.st();
-        Ok(st
+        Ok(self
+            .st()
             .listing
             .range((start, Bound::Unbounded))
-            .take_while(|(p, _, _)| *p == parent)
+            .take_while(|((p, _, _), _)| *p == parent)
             .take(limit)
-            .map(|(p, _, n)| (n.clone(), st.dentries[&(*p, n.clone())]))
+            .map(|((_, _, n), d)| (n.clone(), *d))
             .collect())
     }
 
