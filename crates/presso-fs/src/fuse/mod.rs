@@ -82,9 +82,14 @@ impl PressoFs {
         self.notifier.clone()
     }
 
+    /// Whether the pool is shared with other clients, whose changes this kernel does not see.
+    fn shared(&self) -> bool {
+        self.vfs.pool().client().is_some()
+    }
+
     /// Drops what the kernel cached of `ino`'s attributes if the pool is shared.
     fn forget_cached_attributes(&self, ino: INodeNo) {
-        if self.vfs.pool().client().is_none() {
+        if !self.shared() {
             return;
         }
         if let Some(notifier) = self.notifier.get() {
@@ -99,10 +104,10 @@ impl PressoFs {
     /// reopening it needs no request. A shared pool's files may change on other clients: an
     /// open there drops the pages (close-to-open).
     fn file_cache(&self) -> FopenFlags {
-        if self.vfs.pool().client().is_none() {
-            FopenFlags::FOPEN_KEEP_CACHE
-        } else {
+        if self.shared() {
             FopenFlags::empty()
+        } else {
+            FopenFlags::FOPEN_KEEP_CACHE
         }
     }
 
@@ -111,10 +116,10 @@ impl PressoFs {
     /// kept only part of one, it asks for the rest with the cookie of the entry it has last,
     /// which any handle resumes from ([`Vfs::readdir_from`]).
     fn listing_cache(&self) -> FopenFlags {
-        if self.vfs.pool().client().is_none() {
-            FopenFlags::FOPEN_KEEP_CACHE | FopenFlags::FOPEN_CACHE_DIR
-        } else {
+        if self.shared() {
             FopenFlags::empty()
+        } else {
+            self.file_cache() | FopenFlags::FOPEN_CACHE_DIR
         }
     }
 

@@ -26,7 +26,7 @@ use crate::vfs::Vfs;
 
 impl Filesystem for PressoFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        configure_kernel(config, self.vfs.pool().client().is_some());
+        configure_kernel(config, self.shared());
         Ok(())
     }
 
@@ -263,7 +263,7 @@ impl Filesystem for PressoFs {
         owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        if self.vfs.pool().client().is_none() {
+        if !self.shared() {
             // `close()` waits for this reply; the file's last records are routed (and a short
             // one compressed) after it.
             return match self.vfs.flush_deferred(ino.0) {
