@@ -186,15 +186,21 @@ impl Vfs {
                 if let Some(ino) = from_ino.take() {
                     skip_the_named_entry(&mut batch, ino);
                 }
-                for (entry_ino, name, entry) in &batch {
+                for (i, (entry_ino, name, entry)) in batch.iter().enumerate() {
                     let cookie = cookie_of(*entry_ino);
                     if add(entry, cookie, name) {
+                        // The one before it, if this page has one, is the last handed out.
+                        if let Some(before) = i.checked_sub(1) {
+                            listing.last = handed_out(&batch[before]);
+                        }
                         listing.fits = taken;
                         return Ok(());
                     }
                     last = cookie;
-                    listing.last = Some((cookie, *entry_ino, name.clone()));
                     taken += 1;
+                }
+                if let Some(entry) = batch.last() {
+                    listing.last = handed_out(entry);
                 }
                 if at_end {
                     listing.ended_at = Some(last);
@@ -217,6 +223,11 @@ const LISTED_INODES: std::ops::Range<u64> = ROOT_INO + 1..i64::MAX as u64;
 /// after it. Above 2 (`.` and `..`), and below 2^63, so it fits the kernel's signed offsets.
 fn cookie_of(ino: u64) -> u64 {
     ino + 1
+}
+
+/// What [`DirListing::last`] keeps of `entry` once it was handed out.
+fn handed_out<E>((ino, name, _): &(u64, Vec<u8>, E)) -> Option<(u64, u64, Vec<u8>)> {
+    Some((cookie_of(*ino), *ino, name.clone()))
 }
 
 /// Drops, from a page read from the first entry of inode `ino` on, the entry a cookie of that
