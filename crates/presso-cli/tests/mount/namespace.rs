@@ -374,17 +374,26 @@ fn a_listing_read_across_a_cache_drop_goes_on_to_its_end() {
     for _ in 0..2 {
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2000);
     }
-    let mut listing = std::fs::read_dir(&dir).unwrap();
+    let mut names = listed(&dir, true);
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), 2000, "every entry once");
+}
+
+/// The names `dir` lists, in listing order; with `drop_part_way`, the kernel's caches are
+/// dropped after the first entry is read.
+fn listed(dir: &Path, drop_part_way: bool) -> Vec<std::ffi::OsString> {
+    let mut listing = std::fs::read_dir(dir).unwrap();
     let first = listing.next().expect("an entry").unwrap();
-    std::fs::write("/proc/sys/vm/drop_caches", "1").expect("dropping caches needs root");
+    if drop_part_way {
+        std::fs::write("/proc/sys/vm/drop_caches", "1").expect("dropping caches needs root");
+    }
     let mut names = vec![first.file_name()];
     for entry in listing {
         let entry = entry.unwrap_or_else(|e| panic!("entry {} of the listing: {e}", names.len()));
         names.push(entry.file_name());
     }
-    names.sort();
-    names.dedup();
-    assert_eq!(names.len(), 2000, "every entry once");
+    names
 }
 
 #[test]
@@ -401,20 +410,8 @@ fn many_names_of_one_file_in_one_directory_list_once_each() {
         std::fs::hard_link(dir.join(name(0)), dir.join(name(i))).unwrap();
     }
     std::fs::write(dir.join("after"), b"x").unwrap();
-    let listed = |drop_part_way: bool| {
-        let mut listing = std::fs::read_dir(&dir).unwrap();
-        let first = listing.next().expect("an entry").unwrap();
-        if drop_part_way {
-            std::fs::write("/proc/sys/vm/drop_caches", "1").expect("dropping caches needs root");
-        }
-        let mut names = vec![first.file_name()];
-        for entry in listing {
-            names.push(entry.unwrap().file_name());
-        }
-        names
-    };
     for drop_part_way in [false, false, true] {
-        let names = listed(drop_part_way);
+        let names = listed(&dir, drop_part_way);
         let mut unique = names.clone();
         unique.sort();
         unique.dedup();
