@@ -31,6 +31,9 @@ pub struct MountConfig {
     /// Threads reading requests from the kernel, each on its own channel ([`DEFAULT_CHANNELS`]
     /// unless set).
     pub channels: Option<usize>,
+    /// Take requests from one io_uring queue per CPU where the kernel offers FUSE over io_uring
+    /// (else, and by default, every request comes through `/dev/fuse`).
+    pub io_uring: bool,
 }
 
 /// The pool to serve.
@@ -174,11 +177,13 @@ pub fn serve(
         } else {
             DEFAULT_CACHE_TIMEOUT
         });
-        let fs = PressoFs::new(vfs.clone(), threads, ttl);
+        let fs = PressoFs::new(vfs.clone(), threads, ttl, config.io_uring);
         let notifier = fs.notifier_slot();
+        let serving = fs.clone();
         let session = fuser::Session::new(fs, &mountpoint, &options)
             .map_err(|e| FsError::io(format!("cannot mount on {}", mountpoint.display()), e))?;
         let _ = notifier.set(session.notifier());
+        serving.serve_ring(std::os::fd::AsFd::as_fd(&session));
         let socket = control::serve(vfs.clone(), &pool_path, mountpoint.clone())?;
         Ok((vfs, session, socket, mountpoint))
     };

@@ -135,6 +135,11 @@ pub struct Status {
     /// Writes are refused (ENOSPC) for lack of free space on the disk holding the pool.
     #[serde(default)]
     pub space_low: bool,
+    /// CPU queues the kernel has sent requests through over io_uring since the mount; 0 when
+    /// every request came through `/dev/fuse` (the kernel offers io_uring only with the `fuse`
+    /// module's `enable_uring` parameter set) or not mounted.
+    #[serde(default)]
+    pub io_uring_queues: u64,
     /// The accelerator in use, if any.
     pub accelerator: Option<String>,
     /// The engine's full counters since open.
@@ -236,6 +241,7 @@ impl Status {
             dirty_bytes: vfs.map_or(0, |v| v.dirty_bytes() as u64),
             unstored: vfs.map_or_else(Unstored::default, |v| v.unstored()),
             space_low: vfs.is_some_and(|v| v.space_low()),
+            io_uring_queues: vfs.map_or(0, Vfs::ring_queues),
             accelerator: engine.accelerator.name.clone(),
             engine,
             shared,

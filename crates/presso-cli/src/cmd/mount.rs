@@ -32,14 +32,20 @@ a request per stat), dirty_limit=SIZE (most bytes of written records waiting for
 before writers wait; default 256M) and cache_size=SIZE (decompressed records kept for reads;
 default 64M): with the engine's queue, these bound the daemon's memory whatever the data size;
 channels=N (threads reading requests from the kernel, each on its own clone of the FUSE device;
-default 2); for a shared pool also cache_dir=DIR (where this machine's clients keep their own
+default 2); uring (take requests from one io_uring queue per CPU where the kernel offers FUSE
+over io_uring, as Linux 6.14 on does with the fuse module's enable_uring parameter set: each
+request is served on the CPU that made it, which speeds up work that keeps every CPU busy, such
+as extracting an archive, and slows down a single program's run of small requests and large
+writes; see docs/benchmarks.md) or nouring (the default: every request through the FUSE
+device); for a shared pool also cache_dir=DIR (where this machine's clients keep their own
 files; default /var/cache/presso for root, else ~/.cache/presso) and client_timeout=SECONDS
 (how long a client may go without a heartbeat before the others take it for stopped and remove
 its locks and the files it kept open after unlinking them; default 60; give every client of a
 pool the same) and
 server_timeout=SECONDS (how long operations wait for PostgreSQL or the object store to come
 back, retrying, before they fail with EIO; default 120).
-The mount is private to its owner otherwise.
+The mount is private to its owner otherwise. PRESSO_MOUNT_OPTIONS in the environment holds options
+every mount takes first (its -o options win), e.g. PRESSO_MOUNT_OPTIONS=uring.
 
 Shared pools (made with `presso create --meta … --data …`): every mount is a new client, on
 this machine or another. The object store's credentials come from AWS_ACCESS_KEY_ID and
@@ -104,6 +110,8 @@ fn parse_all_options(options: &[String]) -> Result<(MountConfig, SharedOptions)>
             "noexec" => config.no_exec = true,
             "nonempty" => config.nonempty = true,
             "exec" => config.no_exec = false,
+            "uring" => config.io_uring = true,
+            "nouring" => config.io_uring = false,
             p if p.starts_with("sync_interval=") => {
                 config.vfs.sync_interval = seconds(
                     p,
@@ -144,7 +152,8 @@ fn parse_all_options(options: &[String]) -> Result<(MountConfig, SharedOptions)>
             p => bail!(
                 "unknown mount option '{p}'; valid: allow_other, ro, rw, noexec, exec, nonempty, \
                  sync_interval=SECONDS, cache_timeout=SECONDS, dirty_limit=SIZE, cache_size=SIZE, \
-                 channels=N, cache_dir=DIR, client_timeout=SECONDS, server_timeout=SECONDS"
+                 channels=N, uring, nouring, cache_dir=DIR, client_timeout=SECONDS, \
+                 server_timeout=SECONDS"
             ),
         }
     }
@@ -259,9 +268,15 @@ fn describe(source: &PoolSource) -> (String, PathBuf) {
     }
 }
 
+/// Options every mount takes before its own `-o` options (which win): `PRESSO_MOUNT_OPTIONS`.
+const OPTIONS_FROM_ENV: &str = "PRESSO_MOUNT_OPTIONS";
+
 /// Runs `presso mount`.
 pub fn run(args: MountArgs) -> Result<()> {
-    let (config, shared) = parse_all_options(&args.options)?;
+    let mut options: Vec<String> = std::env::var(OPTIONS_FROM_ENV).into_iter().collect();
+    options.extend(args.options);
+    let (config, shared) = parse_all_options(&options)
+        .with_context(|| format!("mount options (with {OPTIONS_FROM_ENV} first, if set)"))?;
     let source = source(&args.pool, shared)?;
     if args.foreground {
         daemon::serve(&source, &args.mountpoint, config, |r| {
@@ -486,6 +501,18 @@ mod tests {
             source(url, SharedOptions::default()).unwrap(),
             PoolSource::Shared { .. }
         ));
+    }
+
+    #[test]
+    fn io_uring_is_asked_for_by_option_and_the_last_word_wins() {
+        assert!(!parse_options(&[]).unwrap().io_uring);
+        assert!(parse_options(&["uring".into()]).unwrap().io_uring);
+        assert!(!parse_options(&["uring,nouring".into()]).unwrap().io_uring);
+        assert!(
+            parse_options(&["nouring".into(), "uring".into()])
+                .unwrap()
+                .io_uring
+        );
     }
 
     #[test]

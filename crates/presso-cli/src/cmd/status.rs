@@ -21,7 +21,8 @@ records_software,
 fallback_busy, fallback_failure, fallback_unavailable, holes, stored_raw, precheck_skips,
 codec_errors (records a codec failed on, stored raw; anything but 0 is worth a report),
 inline_records, corruptions, txgs, durable_commits, durability_pending (the mount holds changes
-not durable yet), throughput{written_bytes, read_bytes,
+not durable yet), io_uring_queues (CPU queues requests came through over FUSE io_uring; 0: all
+through /dev/fuse), throughput{written_bytes, read_bytes,
 write_bytes_per_sec, read_bytes_per_sec}, work and lifetime (since the mount, and over the pool's
 life: written_bytes, read_bytes, records_compressed, records_offloaded, compressed_bytes,
 frame_bytes, compress_cpu_ns, records_decoded, decoded_bytes, decode_cpu_ns), cost and
@@ -144,6 +145,14 @@ pub fn render(s: &Status) -> String {
         }
     }
     if s.mountpoint.is_some() {
+        let _ = writeln!(
+            out,
+            "requests    {}",
+            match s.io_uring_queues {
+                0 => "through /dev/fuse".to_string(),
+                n => format!("through FUSE io_uring, {n} CPU queues"),
+            }
+        );
         let t = &s.throughput;
         let _ = writeln!(
             out,

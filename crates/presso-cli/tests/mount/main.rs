@@ -25,5 +25,6 @@ mod safety;
 mod space;
 mod status;
 mod tools;
+mod transport;
 mod writers;
 mod xattr;

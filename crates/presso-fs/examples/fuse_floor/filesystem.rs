@@ -42,7 +42,7 @@ fn at(t: TimeOrNow) -> SystemTime {
 
 impl Filesystem for Floor {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        configure_kernel(config, false);
+        configure_kernel(config, false, false);
         Ok(())
     }
 

@@ -4,6 +4,8 @@ use std::path::Path;
 
 use fuser::{Config, InitFlags, KernelConfig, MountOption, SessionACL};
 
+use super::ring::MAX_PAYLOAD;
+
 /// How a pool is mounted: the file-system name is the pool path, permissions are checked by the
 /// kernel, the mount is private to its owner unless `allow_other` is given, and `channels`
 /// threads read requests, each from its own clone of the FUSE device.
@@ -42,10 +44,12 @@ pub fn mount_config(
 
 /// What the daemon asks of the kernel at INIT: large writes and read-ahead, the writeback cache
 /// and cached symlink targets (unless `shared`; locks instead), parallel directory operations,
-/// listings with attributes, and suid/sgid handling in the daemon.
-pub fn configure_kernel(config: &mut KernelConfig, shared: bool) {
-    let _ = config.set_max_write(1 << 20);
-    let _ = config.set_max_readahead(1 << 20);
+/// listings with attributes, suid/sgid handling in the daemon, and with `ring` requests through
+/// io_uring queues. Returns whether the kernel takes the queues (it offers them only with the
+/// `fuse` module's `enable_uring` parameter set).
+pub fn configure_kernel(config: &mut KernelConfig, shared: bool, ring: bool) -> bool {
+    let _ = config.set_max_write(MAX_PAYLOAD as u32);
+    let _ = config.set_max_readahead(MAX_PAYLOAD as u32);
     // The kernel caches writes and sends them in large batches; reads of cached pages never
     // reach the daemon. Not for a pool shared with other clients: with the writeback cache the
     // kernel trusts its own idea of a file's size over the daemon's, so it would never see a
@@ -72,4 +76,7 @@ pub fn configure_kernel(config: &mut KernelConfig, shared: bool) {
     let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
     let _ = config.set_max_background(64);
     let _ = config.set_congestion_threshold(48);
+    ring && config
+        .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
+        .is_ok()
 }

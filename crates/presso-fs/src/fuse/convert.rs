@@ -3,12 +3,10 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fuser::{
-    Errno, FileAttr, FileType, Generation, INodeNo, ReplyAttr, ReplyEmpty, ReplyEntry, ReplyXattr,
-    Request, TimeOrNow,
-};
+use fuser::{Errno, FileAttr, FileType, INodeNo, Request, TimeOrNow};
 use presso_meta::{Attr, FileKind, Timespec};
 
+use super::reply::{AttrReply, EmptyReply, EntryReply, XattrReply};
 use crate::error::FsError;
 use crate::vfs::Caller;
 
@@ -58,11 +56,20 @@ pub(super) fn kind(k: FileKind) -> FileType {
     }
 }
 
+/// The block size the kernel is told (`st_blksize`): the record size, so that programs write
+/// whole records.
+pub(super) const BLOCK_SIZE: u32 = 128 << 10;
+
+/// `st_blocks`: 512-byte units of the logical size.
+pub(super) fn blocks(size: u64) -> u64 {
+    size.div_ceil(512)
+}
+
 pub(super) fn file_attr(a: &Attr) -> FileAttr {
     FileAttr {
         ino: INodeNo(a.ino),
         size: a.size,
-        blocks: a.size.div_ceil(512),
+        blocks: blocks(a.size),
         atime: time(a.atime),
         mtime: time(a.mtime),
         ctime: time(a.ctime),
@@ -73,40 +80,38 @@ pub(super) fn file_attr(a: &Attr) -> FileAttr {
         uid: a.uid,
         gid: a.gid,
         rdev: a.rdev as u32,
-        blksize: 128 << 10,
+        blksize: BLOCK_SIZE,
         flags: 0,
     }
 }
 
 /// The attributes of a regular file that no longer exists: no links, no bytes, no permissions.
-pub(super) fn removed_file_attr(ino: u64, atime: SystemTime, mtime: SystemTime) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(ino),
+pub(super) fn removed_file_attr(ino: u64, atime: Timespec, mtime: Timespec) -> Attr {
+    Attr {
+        ino,
+        kind: FileKind::File,
+        mode: 0,
+        uid: 0,
+        gid: 0,
         size: 0,
-        blocks: 0,
+        nlink: 0,
         atime,
         mtime,
         ctime: mtime,
-        crtime: mtime,
-        kind: FileType::RegularFile,
-        perm: 0,
-        nlink: 0,
-        uid: 0,
-        gid: 0,
         rdev: 0,
-        blksize: 128 << 10,
-        flags: 0,
     }
 }
 
 /// Attributes of a listed name of kind `k` whose inode `ino` the metadata cannot give: no
 /// permissions, no bytes, no links (sent valid for no time, so nothing relies on them).
-pub(super) fn unknown_attr(ino: u64, k: FileKind) -> FileAttr {
-    FileAttr {
-        kind: kind(k),
-        ..removed_file_attr(ino, UNIX_EPOCH, UNIX_EPOCH)
+pub(super) fn unknown_attr(ino: u64, k: FileKind) -> Attr {
+    Attr {
+        kind: k,
+        ..removed_file_attr(ino, EPOCH, EPOCH)
     }
 }
+
+const EPOCH: Timespec = Timespec { secs: 0, nsec: 0 };
 
 pub(super) fn caller(req: &Request) -> Caller {
     Caller {
@@ -120,16 +125,16 @@ pub(super) fn errno(e: &FsError) -> Errno {
     Errno::from_i32(e.errno())
 }
 
-pub(super) fn empty(reply: ReplyEmpty, result: Result<(), FsError>) {
+pub(super) fn empty(reply: impl EmptyReply, result: Result<(), FsError>) {
     match result {
         Ok(()) => reply.ok(),
         Err(e) => reply.error(errno(&e)),
     }
 }
 
-pub(super) fn entry(reply: ReplyEntry, ttl: Duration, result: Result<Attr, FsError>) {
+pub(super) fn entry(reply: impl EntryReply, ttl: Duration, result: Result<Attr, FsError>) {
     match result {
-        Ok(a) => reply.entry(&ttl, &file_attr(&a), Generation(0)),
+        Ok(a) => reply.entry(ttl, &a),
         Err(e) => reply.error(errno(&e)),
     }
 }
@@ -137,27 +142,25 @@ pub(super) fn entry(reply: ReplyEntry, ttl: Duration, result: Result<Attr, FsErr
 /// The reply to a LOOKUP: a name that does not exist is answered with inode 0, which the kernel
 /// keeps as a negative entry for `ttl` (a plain ENOENT is not cached, so every later stat or open
 /// of the missing name would ask again).
-pub(super) fn looked_up(reply: ReplyEntry, ttl: Duration, result: Result<Attr, FsError>) {
+pub(super) fn looked_up(reply: impl EntryReply, ttl: Duration, result: Result<Attr, FsError>) {
     match result {
-        Err(e) if e.errno() == libc::ENOENT => reply.entry(
-            &ttl,
-            &removed_file_attr(0, UNIX_EPOCH, UNIX_EPOCH),
-            Generation(0),
-        ),
+        Err(e) if e.errno() == libc::ENOENT => {
+            reply.entry(ttl, &removed_file_attr(0, EPOCH, EPOCH))
+        }
         result => entry(reply, ttl, result),
     }
 }
 
-pub(super) fn attr(reply: ReplyAttr, ttl: Duration, result: Result<Attr, FsError>) {
+pub(super) fn attr(reply: impl AttrReply, ttl: Duration, result: Result<Attr, FsError>) {
     match result {
-        Ok(a) => reply.attr(&ttl, &file_attr(&a)),
+        Ok(a) => reply.attr(ttl, &a),
         Err(e) => reply.error(errno(&e)),
     }
 }
 
 /// The reply to GETXATTR or LISTXATTR: with `size` 0 the length the caller needs, the bytes if
 /// they fit in `size`, else ERANGE.
-pub(super) fn xattr_bytes(reply: ReplyXattr, size: u32, result: Result<Vec<u8>, FsError>) {
+pub(super) fn xattr_bytes(reply: impl XattrReply, size: u32, result: Result<Vec<u8>, FsError>) {
     match result {
         Ok(bytes) if size == 0 => reply.size(bytes.len() as u32),
         Ok(bytes) if bytes.len() <= size as usize => reply.data(&bytes),

@@ -10,9 +10,17 @@
 //! itself: serving a close (FLUSH, then RELEASE) inline made creating small files 19% faster
 //! there (docs/benchmarks.md).
 //!
+//! With mount option `uring`, where the kernel offers FUSE over io_uring, requests come instead
+//! from one queue per CPU, each served by a thread bound to that CPU ([`ring`]); see there for
+//! why.
+//!
 //! This module holds the adapter's state (the [`Vfs`], the worker pool, the kernel's cache
-//! timeout and notifier); `requests` serves the kernel's requests, one method each.
+//! timeout and notifier); `requests` serves the kernel's requests, one method each, answering
+//! through the traits of `reply`; `session` (requests read from `/dev/fuse` by the FUSE library)
+//! and `ring` (requests taken from io_uring queues) decode them.
 
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -21,7 +29,10 @@ use fuser::{FopenFlags, INodeNo, Notifier};
 
 mod config;
 mod convert;
+mod reply;
 mod requests;
+mod ring;
+mod session;
 
 pub use config::{configure_kernel, mount_config};
 
@@ -41,6 +52,7 @@ pub const DEFAULT_CHANNELS: usize = 2;
 type Task = Box<dyn FnOnce() + Send>;
 
 /// The `fuser` file system of a mounted pool.
+#[derive(Clone)]
 pub struct PressoFs {
     vfs: Arc<Vfs>,
     tasks: Sender<Task>,
@@ -48,12 +60,17 @@ pub struct PressoFs {
     ttl: Duration,
     /// Set once the session exists, for a shared pool: see [`PressoFs::notifier_slot`].
     notifier: Arc<OnceLock<Notifier>>,
+    /// Whether to take requests from io_uring queues when the kernel offers them.
+    ring_wanted: bool,
+    /// Whether the kernel took the queues at INIT.
+    ring_granted: Arc<AtomicBool>,
 }
 
 impl PressoFs {
     /// Wraps `vfs`, with `threads` workers for blocking requests; the kernel may cache names
-    /// and attributes for `ttl`.
-    pub fn new(vfs: Arc<Vfs>, threads: usize, ttl: Duration) -> PressoFs {
+    /// and attributes for `ttl`. With `ring`, requests are taken from io_uring queues where the
+    /// kernel offers them.
+    pub fn new(vfs: Arc<Vfs>, threads: usize, ttl: Duration, ring: bool) -> PressoFs {
         let (tx, rx) = unbounded::<Task>();
         for i in 0..threads.max(1) {
             let rx = rx.clone();
@@ -72,6 +89,28 @@ impl PressoFs {
             tasks: tx,
             ttl,
             notifier: Arc::default(),
+            ring_wanted: ring,
+            ring_granted: Arc::default(),
+        }
+    }
+
+    /// Starts serving io_uring queues if the kernel took them at INIT (the session exists,
+    /// so INIT is done), addressing the connection through the session's FUSE `device`.
+    /// Returns whether it did; requests then come through the queues once every CPU's queue
+    /// has an entry.
+    pub fn serve_ring(&self, device: BorrowedFd<'_>) -> bool {
+        if !self.ring_granted.load(Ordering::Acquire) {
+            return false;
+        }
+        match device.try_clone_to_owned() {
+            Ok(device) => {
+                ring::start(self.clone(), Arc::new(device));
+                true
+            }
+            Err(e) => {
+                crate::log!("presso: io_uring queues not started: {e}");
+                false
+            }
         }
     }
 
@@ -88,14 +127,14 @@ impl PressoFs {
     }
 
     /// Drops what the kernel cached of `ino`'s attributes if the pool is shared.
-    fn forget_cached_attributes(&self, ino: INodeNo) {
+    fn forget_cached_attributes(&self, ino: u64) {
         if !self.shared() {
             return;
         }
         if let Some(notifier) = self.notifier.get() {
             // Offset -1: attributes only; the open itself drops the cached pages. ENOENT (the
             // kernel no longer has the inode) needs nothing more.
-            let _ = notifier.inval_inode(ino, -1, 0);
+            let _ = notifier.inval_inode(INodeNo(ino), -1, 0);
         }
     }
 

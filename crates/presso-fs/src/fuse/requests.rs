@@ -1,110 +1,75 @@
-//! The kernel's requests, one method each: convert the arguments, call the [`Vfs`], reply.
-//! Which requests run inline and which go to the worker pool is the [parent module](super)'s
-//! rule.
+//! The kernel's requests, one method each: call the [`Vfs`] and answer through the
+//! [reply traits](super::reply), whichever transport carried the request. Which requests run
+//! inline and which go to the worker pool is the [parent module](super)'s rule.
 
-use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use fuser::{
-    BsdFileFlags, Errno, FileHandle, Filesystem, Generation, INodeNo, KernelConfig, LockOwner,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
-    ReplyEmpty, ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, TimeOrNow, WriteFlags,
-};
+use fuser::Errno;
 use presso_meta::{FileKind, NewNode, SetAttr, Timespec};
 
 use super::convert::{
-    attr, caller, empty, entry, errno, file_attr, kind, looked_up, removed_file_attr, time,
-    time_or_now, timespec, unknown_attr, xattr_bytes,
+    attr, empty, entry, errno, looked_up, removed_file_attr, unknown_attr, xattr_bytes,
 };
-use super::{configure_kernel, PressoFs};
+use super::reply::{
+    AttrReply, CreateReply, DataReply, DirPlusReply, DirReply, EmptyReply, EntryReply, LockReply,
+    LseekReply, OpenReply, Reply, StatfsReply, WriteReply, XattrReply,
+};
+use super::PressoFs;
 use crate::error::FsError;
-use crate::vfs::Vfs;
+use crate::vfs::{Caller, Vfs};
 
-impl Filesystem for PressoFs {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        configure_kernel(config, self.shared());
-        Ok(())
-    }
-
-    fn destroy(&mut self) {
+impl PressoFs {
+    /// Flushes everything at unmount.
+    pub(super) fn destroy(&self) {
         if let Err(e) = self.vfs.sync_all() {
             crate::log!("presso: flushing at unmount failed: {e}");
         }
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        looked_up(reply, self.ttl, self.vfs.lookup(parent.0, name.as_bytes()))
+    pub(super) fn lookup(&self, parent: u64, name: &[u8], reply: impl EntryReply) {
+        looked_up(reply, self.ttl, self.vfs.lookup(parent, name))
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        attr(reply, self.ttl, self.vfs.getattr(ino.0))
+    pub(super) fn getattr(&self, ino: u64, reply: impl AttrReply) {
+        attr(reply, self.ttl, self.vfs.getattr(ino))
     }
 
-    fn setattr(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        atime: Option<TimeOrNow>,
-        mtime: Option<TimeOrNow>,
-        ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
-        let set = SetAttr {
-            mode,
-            uid,
-            gid,
-            size,
-            atime: atime.map(time_or_now),
-            mtime: mtime.map(time_or_now),
-            // Sent with the writeback cache, whose kernel keeps a written file's times and
-            // sends its own change time with every SETATTR; taking it lets a request that
-            // changes nothing else (tar's chown to the owner a file has) write nothing.
-            ctime: ctime.map(timespec),
-        };
-        let times_only = mode.is_none() && uid.is_none() && gid.is_none() && size.is_none();
-        match self.vfs.setattr_by(ino.0, set, caller(req)) {
+    pub(super) fn setattr(&self, caller: Caller, ino: u64, set: SetAttr, reply: impl AttrReply) {
+        let times_only =
+            set.mode.is_none() && set.uid.is_none() && set.gid.is_none() && set.size.is_none();
+        let (atime, mtime) = (set.atime, set.mtime);
+        match self.vfs.setattr_by(ino, set, caller) {
             // With the writeback cache the kernel keeps a written file's times and sends them
             // when it writes the inode back (at sync), also for a file removed since, which no
             // name or open file reaches any more (an open one is kept until its release). There
             // is nothing left to update; failing would fail the caller's syncfs.
             Err(e) if times_only && e.errno() == libc::ENOENT => {
-                let now = time(Timespec::now());
-                let at = |t: Option<TimeOrNow>| t.map_or(now, |t| time(time_or_now(t)));
-                reply.attr(&self.ttl, &removed_file_attr(ino.0, at(atime), at(mtime)));
+                let now = Timespec::now();
+                let gone = removed_file_attr(ino, atime.unwrap_or(now), mtime.unwrap_or(now));
+                reply.attr(self.ttl, &gone);
             }
             result => attr(reply, self.ttl, result),
         }
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.vfs.readlink(ino.0) {
+    pub(super) fn readlink(&self, ino: u64, reply: impl DataReply) {
+        match self.vfs.readlink(ino) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
-    fn mknod(
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn mknod(
         &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
+        caller: Caller,
+        parent: u64,
+        name: &[u8],
         mode: u32,
         umask: u32,
         rdev: u32,
-        reply: ReplyEntry,
+        reply: impl EntryReply,
     ) {
         let k = match mode & libc::S_IFMT {
             libc::S_IFREG => FileKind::File,
@@ -115,138 +80,101 @@ impl Filesystem for PressoFs {
             _ => return reply.error(Errno::EINVAL),
         };
         let perm = mode & 0o7777 & !umask;
-        let node = NewNode::special(k, perm, req.uid(), req.gid(), rdev.into());
+        let node = NewNode::special(k, perm, caller.uid, caller.gid, rdev.into());
         let made = node
             .map_err(FsError::from)
-            .and_then(|node| self.vfs.make_node(parent.0, name.as_bytes(), &node));
+            .and_then(|node| self.vfs.make_node(parent, name, &node));
         entry(reply, self.ttl, made)
     }
 
-    fn mkdir(
+    pub(super) fn mkdir(
         &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
+        caller: Caller,
+        parent: u64,
+        name: &[u8],
         mode: u32,
         umask: u32,
-        reply: ReplyEntry,
+        reply: impl EntryReply,
     ) {
-        let node = NewNode::dir(mode & 0o7777 & !umask, req.uid(), req.gid());
-        entry(
-            reply,
-            self.ttl,
-            self.vfs.make_node(parent.0, name.as_bytes(), &node),
-        )
+        let node = NewNode::dir(mode & 0o7777 & !umask, caller.uid, caller.gid);
+        entry(reply, self.ttl, self.vfs.make_node(parent, name, &node))
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(reply, self.vfs.unlink(parent.0, name.as_bytes()))
+    pub(super) fn unlink(&self, parent: u64, name: &[u8], reply: impl EmptyReply) {
+        empty(reply, self.vfs.unlink(parent, name))
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(reply, self.vfs.rmdir(parent.0, name.as_bytes()))
+    pub(super) fn rmdir(&self, parent: u64, name: &[u8], reply: impl EmptyReply) {
+        empty(reply, self.vfs.rmdir(parent, name))
     }
 
-    fn symlink(
+    pub(super) fn symlink(
         &self,
-        req: &Request,
-        parent: INodeNo,
-        link_name: &OsStr,
-        target: &Path,
-        reply: ReplyEntry,
+        caller: Caller,
+        parent: u64,
+        name: &[u8],
+        target: &[u8],
+        reply: impl EntryReply,
     ) {
-        let node = NewNode::symlink(target.as_os_str().as_bytes(), req.uid(), req.gid());
-        let made = self.vfs.make_node(parent.0, link_name.as_bytes(), &node);
-        entry(reply, self.ttl, made)
+        let node = NewNode::symlink(target, caller.uid, caller.gid);
+        entry(reply, self.ttl, self.vfs.make_node(parent, name, &node))
     }
 
-    fn rename(
+    /// RENAME and RENAME2; `flags` as renameat2(2) takes them.
+    pub(super) fn rename(
         &self,
-        _req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        newparent: INodeNo,
-        newname: &OsStr,
-        flags: RenameFlags,
-        reply: ReplyEmpty,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+        flags: u32,
+        reply: impl EmptyReply,
     ) {
-        let (name, newname) = (name.as_bytes(), newname.as_bytes());
         match flags {
-            f if f.is_empty() => {
-                empty(reply, self.vfs.rename(parent.0, name, newparent.0, newname))
-            }
-            RenameFlags::RENAME_NOREPLACE => empty(
+            0 => empty(reply, self.vfs.rename(parent, name, newparent, newname)),
+            libc::RENAME_NOREPLACE => empty(
                 reply,
-                self.vfs
-                    .rename_noreplace(parent.0, name, newparent.0, newname),
+                self.vfs.rename_noreplace(parent, name, newparent, newname),
             ),
-            RenameFlags::RENAME_EXCHANGE => empty(
+            libc::RENAME_EXCHANGE => empty(
                 reply,
-                self.vfs
-                    .rename_exchange(parent.0, name, newparent.0, newname),
+                self.vfs.rename_exchange(parent, name, newparent, newname),
             ),
             // Any other flag (RENAME_WHITEOUT): callers fall back on EINVAL.
             _ => reply.error(Errno::EINVAL),
         }
     }
 
-    fn link(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        newparent: INodeNo,
-        newname: &OsStr,
-        reply: ReplyEntry,
-    ) {
-        entry(
-            reply,
-            self.ttl,
-            self.vfs.link(ino.0, newparent.0, newname.as_bytes()),
-        )
+    pub(super) fn link(&self, ino: u64, newparent: u64, newname: &[u8], reply: impl EntryReply) {
+        entry(reply, self.ttl, self.vfs.link(ino, newparent, newname))
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    pub(super) fn open(&self, ino: u64, reply: impl OpenReply) {
         self.forget_cached_attributes(ino);
-        match self.vfs.open(ino.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), self.file_cache()),
+        match self.vfs.open(ino) {
+            Ok(fh) => reply.opened(fh, self.file_cache()),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
-    fn read(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
-        self.spawn(move |vfs| match vfs.read(ino.0, offset, size) {
+    pub(super) fn read(&self, ino: u64, offset: u64, size: u32, reply: impl DataReply) {
+        self.spawn(move |vfs| match vfs.read(ino, offset, size) {
             Ok(data) => reply.data(data.as_ref()),
             Err(e) => reply.error(errno(&e)),
         });
     }
 
-    fn write(
+    /// WRITE; `unprivileged` when the kernel asks for suid and sgid to be dropped.
+    pub(super) fn write(
         &self,
-        req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
+        caller: Caller,
+        ino: u64,
         offset: u64,
         data: &[u8],
-        write_flags: WriteFlags,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
+        unprivileged: bool,
+        reply: impl WriteReply,
     ) {
-        let unprivileged = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-        match self
-            .vfs
-            .write_by(ino.0, offset, data, unprivileged, caller(req))
-        {
+        match self.vfs.write_by(ino, offset, data, unprivileged, caller) {
             Ok((n, submission)) => {
                 reply.written(n as u32);
                 submission.submit();
@@ -255,18 +183,11 @@ impl Filesystem for PressoFs {
         }
     }
 
-    fn flush(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
+    pub(super) fn flush(&self, ino: u64, owner: u64, reply: impl EmptyReply) {
         if !self.shared() {
             // `close()` waits for this reply; the file's last records are routed (and a short
             // one compressed) after it.
-            return match self.vfs.flush_deferred(ino.0) {
+            return match self.vfs.flush_deferred(ino) {
                 Ok(submission) => {
                     reply.ok();
                     submission.submit();
@@ -277,24 +198,21 @@ impl Filesystem for PressoFs {
         // A shared pool's close commits the file and drops the closing process's locks: work
         // for a worker, not for a session thread.
         self.spawn(move |vfs| {
-            let unlocked = vfs.unlock_owner(ino.0, owner.0);
-            empty(reply, vfs.flush(ino.0).and(unlocked));
+            let unlocked = vfs.unlock_owner(ino, owner);
+            empty(reply, vfs.flush(ino).and(unlocked));
         });
     }
 
-    fn release(
+    /// RELEASE; `lock_owner` when the last close of the file also ends a `flock`.
+    pub(super) fn release(
         &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        lock_owner: Option<LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
+        ino: u64,
+        fh: u64,
+        lock_owner: Option<u64>,
+        reply: impl EmptyReply,
     ) {
-        // The last close of an open file ends its `flock`.
-        let unlocked = lock_owner.map_or(Ok(()), |o| self.vfs.unlock_owner(ino.0, o.0));
-        match self.vfs.release_deferred(ino.0, fh.0) {
+        let unlocked = lock_owner.map_or(Ok(()), |o| self.vfs.unlock_owner(ino, o));
+        match self.vfs.release_deferred(ino, fh) {
             Ok(submission) => {
                 empty(reply, unlocked);
                 submission.submit();
@@ -303,43 +221,41 @@ impl Filesystem for PressoFs {
         }
     }
 
-    fn getlk(
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn getlk(
         &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        lock_owner: LockOwner,
+        ino: u64,
+        lock_owner: u64,
         start: u64,
         end: u64,
         typ: i32,
         pid: u32,
-        reply: ReplyLock,
+        reply: impl LockReply,
     ) {
         self.spawn(
-            move |vfs| match vfs.getlk(ino.0, lock_owner.0, (start, end), typ, pid) {
+            move |vfs| match vfs.getlk(ino, lock_owner, (start, end), typ, pid) {
                 Ok((start, end, typ, pid)) => reply.locked(start, end, typ, pid),
                 Err(e) => reply.error(errno(&e)),
             },
         );
     }
 
-    fn setlk(
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn setlk(
         &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        lock_owner: LockOwner,
+        ino: u64,
+        lock_owner: u64,
         start: u64,
         end: u64,
         typ: i32,
         pid: u32,
         sleep: bool,
-        reply: ReplyEmpty,
+        reply: impl EmptyReply,
     ) {
         let task = move |vfs: Arc<Vfs>| {
             empty(
                 reply,
-                vfs.setlk(ino.0, lock_owner.0, (start, end), typ, pid, sleep),
+                vfs.setlk(ino, lock_owner, (start, end), typ, pid, sleep),
             )
         };
         if !sleep {
@@ -353,58 +269,30 @@ impl Filesystem for PressoFs {
             .spawn(move || task(vfs));
     }
 
-    fn fsync(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        self.spawn(move |vfs| empty(reply, vfs.fsync(ino.0)));
+    pub(super) fn fsync(&self, ino: u64, reply: impl EmptyReply) {
+        self.spawn(move |vfs| empty(reply, vfs.fsync(ino)));
     }
 
-    // Without this the library answers ENOSYS, and the kernel then stops sending FSYNCDIR and
-    // reports success for every directory fsync without anything being made durable.
-    fn fsyncdir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
+    // Without this the kernel, answered ENOSYS, stops sending FSYNCDIR and reports success for
+    // every directory fsync without anything being made durable.
+    pub(super) fn fsyncdir(&self, reply: impl EmptyReply) {
         self.spawn(move |vfs| empty(reply, vfs.fsync_dir()));
     }
 
-    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        reply.opened(FileHandle(self.vfs.opendir()), self.listing_cache());
+    pub(super) fn opendir(&self, reply: impl OpenReply) {
+        reply.opened(self.vfs.opendir(), self.listing_cache());
     }
 
-    fn releasedir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
-        self.vfs.releasedir(fh.0);
+    pub(super) fn releasedir(&self, fh: u64, reply: impl EmptyReply) {
+        self.vfs.releasedir(fh);
         reply.ok();
     }
 
-    fn readdir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
+    pub(super) fn readdir(&self, ino: u64, fh: u64, offset: u64, mut reply: impl DirReply) {
         let listed = self
             .vfs
-            .readdir_from(ino.0, fh.0, offset, |ino, cookie, k, name| {
-                reply.add(INodeNo(ino), cookie, kind(k), OsStr::from_bytes(name))
+            .readdir_from(ino, fh, offset, |ino, cookie, k, name| {
+                reply.add(ino, cookie, k, name)
             });
         match listed {
             Ok(()) => reply.ok(),
@@ -412,71 +300,45 @@ impl Filesystem for PressoFs {
         }
     }
 
-    fn readdirplus(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectoryPlus,
-    ) {
+    pub(super) fn readdirplus(&self, ino: u64, fh: u64, offset: u64, mut reply: impl DirPlusReply) {
         let ttl = self.ttl;
-        let listed = self
-            .vfs
-            .readdir_plus_from(ino.0, fh.0, offset, |ino, k, a, cookie, name| {
-                let name = OsStr::from_bytes(name);
-                let (attr, ttl) = match a {
-                    Some(a) => (file_attr(a), ttl),
-                    // Valid for no time: the name is listed, and any use of it asks the
-                    // daemon again (and fails, as a lookup of a damaged name does). Node 0
-                    // would hide the name: the library lists entries under their node.
-                    None => (unknown_attr(ino, k), Duration::ZERO),
-                };
-                reply.add(INodeNo(ino), cookie, name, &ttl, &attr, Generation(0))
-            });
+        let listed =
+            self.vfs
+                .readdir_plus_from(ino, fh, offset, |ino, k, a, cookie, name| match a {
+                    Some(a) => reply.add(cookie, name, ttl, a),
+                    // Valid for no time: the name is listed, and any use of it asks the daemon
+                    // again (and fails, as a lookup of a damaged name does). Node 0 would hide the
+                    // name: the kernel lists entries under their node.
+                    None => reply.add(cookie, name, Duration::ZERO, &unknown_attr(ino, k)),
+                });
         match listed {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let s = self.vfs.statfs();
-        reply.statfs(
-            s.blocks,
-            s.blocks_free,
-            s.blocks_avail,
-            s.files,
-            s.files_free,
-            s.block_size,
-            s.name_max,
-            s.block_size,
-        );
+    pub(super) fn statfs(&self, reply: impl StatfsReply) {
+        reply.statfs(&self.vfs.statfs());
     }
 
-    fn setxattr(
+    pub(super) fn setxattr(
         &self,
-        _req: &Request,
-        ino: INodeNo,
-        name: &OsStr,
+        ino: u64,
+        name: &[u8],
         value: &[u8],
         flags: i32,
-        _position: u32,
-        reply: ReplyEmpty,
+        reply: impl EmptyReply,
     ) {
-        empty(
-            reply,
-            self.vfs.setxattr(ino.0, name.as_bytes(), value, flags),
-        )
+        empty(reply, self.vfs.setxattr(ino, name, value, flags))
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        xattr_bytes(reply, size, self.vfs.getxattr(ino.0, name.as_bytes()))
+    pub(super) fn getxattr(&self, ino: u64, name: &[u8], size: u32, reply: impl XattrReply) {
+        xattr_bytes(reply, size, self.vfs.getxattr(ino, name))
     }
 
-    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+    pub(super) fn listxattr(&self, caller: Caller, ino: u64, size: u32, reply: impl XattrReply) {
         // The names, each followed by a NUL, as listxattr(2) returns them.
-        let listed = self.vfs.listxattr(ino.0, caller(req)).map(|names| {
+        let listed = self.vfs.listxattr(ino, caller).map(|names| {
             names
                 .into_iter()
                 .flat_map(|mut n| {
@@ -488,69 +350,57 @@ impl Filesystem for PressoFs {
         xattr_bytes(reply, size, listed)
     }
 
-    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(reply, self.vfs.removexattr(ino.0, name.as_bytes()))
+    pub(super) fn removexattr(&self, ino: u64, name: &[u8], reply: impl EmptyReply) {
+        empty(reply, self.vfs.removexattr(ino, name))
     }
 
-    fn create(
+    pub(super) fn create(
         &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
+        caller: Caller,
+        parent: u64,
+        name: &[u8],
         mode: u32,
         umask: u32,
-        _flags: i32,
-        reply: ReplyCreate,
+        reply: impl CreateReply,
     ) {
-        let node = NewNode::file(mode & 0o7777 & !umask, req.uid(), req.gid());
+        let node = NewNode::file(mode & 0o7777 & !umask, caller.uid, caller.gid);
         let result = self
             .vfs
-            .make_node(parent.0, name.as_bytes(), &node)
-            .and_then(|a| Ok((self.vfs.open_created(parent.0, &a)?, a)));
+            .make_node(parent, name, &node)
+            .and_then(|a| Ok((self.vfs.open_created(parent, &a)?, a)));
         match result {
-            Ok((fh, a)) => reply.created(
-                &self.ttl,
-                &file_attr(&a),
-                Generation(0),
-                FileHandle(fh),
-                self.file_cache(),
-            ),
+            Ok((fh, a)) => reply.created(self.ttl, &a, fh, self.file_cache()),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
-    fn fallocate(
+    pub(super) fn fallocate(
         &self,
-        req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
+        caller: Caller,
+        ino: u64,
         offset: u64,
         length: u64,
         mode: i32,
-        reply: ReplyEmpty,
+        reply: impl EmptyReply,
     ) {
         if length == 0 {
             return reply.error(Errno::EINVAL);
         }
-        let caller = caller(req);
-        self.spawn(move |vfs| empty(reply, vfs.fallocate_by(ino.0, offset, length, mode, caller)));
+        self.spawn(move |vfs| empty(reply, vfs.fallocate_by(ino, offset, length, mode, caller)));
     }
 
-    fn lseek(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: i64,
-        whence: i32,
-        reply: ReplyLseek,
-    ) {
+    pub(super) fn lseek(&self, ino: u64, offset: i64, whence: i32, reply: impl LseekReply) {
         if offset < 0 {
             return reply.error(Errno::ENXIO);
         }
-        match self.vfs.seek(ino.0, offset as u64, whence) {
+        match self.vfs.seek(ino, offset as u64, whence) {
             Ok(o) => reply.offset(o as i64),
             Err(e) => reply.error(errno(&e)),
         }
     }
+}
+
+/// Answers a request no handler serves: the kernel then stops sending it where it can.
+pub(super) fn unsupported(reply: impl Reply) {
+    reply.error(Errno::ENOSYS)
 }

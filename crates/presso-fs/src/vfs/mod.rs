@@ -168,6 +168,8 @@ pub struct Vfs {
     stopping: AtomicBool,
     reclaimer: Option<Arc<Reclaimer>>,
     lifetime: Lifetime,
+    /// CPU queues the kernel has sent requests through over io_uring.
+    ring_queues: AtomicU64,
 }
 
 impl Vfs {
@@ -205,6 +207,7 @@ impl Vfs {
             stopping: AtomicBool::new(false),
             reclaimer,
             lifetime: Lifetime::default(),
+            ring_queues: AtomicU64::new(0),
         });
         let workers = pool.options().workers.max(1);
         for i in 0..workers {
@@ -443,6 +446,17 @@ impl Vfs {
     /// due or running).
     pub fn durability_pending(&self) -> bool {
         self.pool.unsynced().pending()
+    }
+
+    /// Counts a CPU queue the kernel sent its first request through over io_uring.
+    pub fn count_ring_queue(&self) {
+        self.ring_queues.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// CPU queues the kernel has sent requests through over io_uring (0: every request came
+    /// through `/dev/fuse`).
+    pub fn ring_queues(&self) -> u64 {
+        self.ring_queues.load(Ordering::Relaxed)
     }
 
     /// Flushes everything, commits it durably and stops background work. Fails if anything
