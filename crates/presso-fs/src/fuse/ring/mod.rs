@@ -218,6 +218,14 @@ pub(crate) struct Home {
     owner: ThreadId,
 }
 
+impl Drop for Home {
+    fn drop(&mut self) {
+        // SAFETY: the eventfd is this home's own, and nothing writes to it once the home (which
+        // every reply holds) is gone.
+        unsafe { libc::close(self.wake) };
+    }
+}
+
 impl Home {
     /// Gives a slot with its reply written back to the queue thread, to be committed.
     fn give_back(&self, slot: Slot) {
@@ -298,17 +306,21 @@ fn serve_queue(fs: &PressoFs, device: RawFd, qid: u16, depth: usize) -> io::Resu
         owner: std::thread::current().id(),
     });
     let mut slots: Vec<Option<Slot>> = (0..depth).map(|i| Some(Slot::new(i))).collect();
+    // Where the kernel puts the eventfd's count; it may, until the ring is torn down after
+    // this thread ends, so it is never freed.
     let wake_buf: &'static mut [u8; 8] = Box::leak(Box::new([0u8; 8]));
-    let wake_read = opcode::Read::new(types::Fd(wake), wake_buf.as_mut_ptr(), 8)
-        .build()
-        .user_data(WAKE)
-        .into();
+    let wake_read = || -> squeue::Entry128 {
+        opcode::Read::new(types::Fd(wake), wake_buf.as_ptr().cast_mut(), 8)
+            .build()
+            .user_data(WAKE)
+            .into()
+    };
     let mut pending: Vec<squeue::Entry128> = slots
         .iter()
         .flatten()
         .map(|s| fuse_command(device, qid, s, CMD_REGISTER))
         .collect();
-    pending.push(wake_read);
+    pending.push(wake_read());
     let mut live = depth;
     let mut registered = 0;
     loop {
@@ -324,12 +336,7 @@ fn serve_queue(fs: &PressoFs, device: RawFd, qid: u16, depth: usize) -> io::Resu
             .collect();
         for (user_data, result) in done {
             if user_data == WAKE {
-                pending.push(
-                    opcode::Read::new(types::Fd(wake), wake_buf.as_mut_ptr(), 8)
-                        .build()
-                        .user_data(WAKE)
-                        .into(),
-                );
+                pending.push(wake_read());
                 continue;
             }
             let index = user_data as usize;

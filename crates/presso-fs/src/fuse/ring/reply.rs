@@ -132,10 +132,6 @@ impl<'a> Put<'a> {
     }
 }
 
-fn type_bits(kind: FileKind) -> u32 {
-    kind.type_bits()
-}
-
 /// `fuse_attr`.
 fn put_attr(put: &mut Put<'_>, a: &Attr) {
     put.u64(a.ino)
@@ -147,7 +143,7 @@ fn put_attr(put: &mut Put<'_>, a: &Attr) {
         .u32(a.atime.nsec)
         .u32(a.mtime.nsec)
         .u32(a.ctime.nsec)
-        .u32(type_bits(a.kind) | (a.mode & 0o7777))
+        .u32(a.kind.type_bits() | (a.mode & 0o7777))
         .u32(a.nlink)
         .u32(a.uid)
         .u32(a.gid)
@@ -182,7 +178,7 @@ fn open_bytes(fh: u64, flags: FopenFlags) -> [u8; 16] {
 
 /// The type in a `fuse_dirent`: the file type bits shifted down, as `d_type` has them.
 fn dirent_type(kind: FileKind) -> u32 {
-    type_bits(kind) >> 12
+    kind.type_bits() >> 12
 }
 
 impl Reply for RingReply {
