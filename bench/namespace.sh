@@ -16,6 +16,9 @@
 # (tar x ≤ 2x, find ≤ 3x, rm -rf ≤ 1x), and the floor ÷ ext4 beside it. PRESSO_NS_TARGETS picks
 # targets (default "ext4 btrfs floor presso"; btrfs only when mkfs.btrfs is installed). PRESSO_NS_TARBALL=FILE uses another tarball (the default
 # is /usr/src/linux-source-6.1.tar.xz, from Debian's linux-source-6.1, installed if missing);
+# Target presso-uring is Presso with mount option uring (requests from one io_uring queue per CPU
+# where the kernel offers FUSE over io_uring); PRESSO_FUSE_URING=on|off sets whether it does for
+# the run.
 # PRESSO_COMPRESSION (default gzip-6) picks Presso's codec; PRESSO_HALT_POLL_NS sets a virtual
 # machine's guest halt polling for the run (bench/lib/loopdisk.sh); PRESSO_BIN=FILE measures that
 # build of presso instead of building this tree's. Needs root (loop devices,
@@ -61,7 +64,7 @@ read -r -a targets <<< "${PRESSO_NS_TARGETS:-ext4 btrfs floor presso}"
 command -v mkfs.btrfs >/dev/null || targets=("${targets[@]/btrfs}")
 read -r -a targets <<< "${targets[*]}"
 for t in "${targets[@]}"; do
-  case $t in ext4 | btrfs | floor | presso) ;; *) echo "PRESSO_NS_TARGETS: unknown target $t" >&2; exit 1 ;; esac
+  case $t in ext4 | btrfs | floor | presso | presso-uring) ;; *) echo "PRESSO_NS_TARGETS: unknown target $t" >&2; exit 1 ;; esac
 done
 [[ " ${targets[*]} " == *" ext4 "* ]] || { echo "PRESSO_NS_TARGETS: ext4 is the reference; keep it" >&2; exit 1; }
 btrfs_img=$work/btrfs.img
@@ -87,10 +90,12 @@ setup() {
       read -r -u "$floor_out" line || true
       exec {floor_out}<&-
       [ "$line" = mounted ] || { echo "the FUSE floor did not mount" >&2; exit 1; } ;;
-    presso)
+    presso | presso-uring)
       rm -rf "$disk/pool"
       "$presso" create "$disk/pool" -o compression="$compression" >/dev/null
-      "$presso" mount "$disk/pool" "$dir" >/dev/null ;;
+      local options=()
+      [ "$target" = presso ] || options=(-o uring)
+      "$presso" mount "$disk/pool" "$dir" "${options[@]}" >/dev/null ;;
   esac
 }
 teardown() {
@@ -99,7 +104,7 @@ teardown() {
     ext4) umount "$dir"; rm -rf "$disk/ext4" ;;
     btrfs) umount "$dir"; losetup -d "$btrfs_loop"; btrfs_loop=""; rm -f "$btrfs_img" ;;
     floor) umount "$dir"; wait "$floor_pid" || true; floor_pid=""; rm -rf "$disk/floor" ;;
-    presso) "$presso" unmount "$dir" >/dev/null; rm -rf "$disk/pool" ;;
+    presso | presso-uring) "$presso" unmount "$dir" >/dev/null; rm -rf "$disk/pool" ;;
   esac
 }
 cleanup_btrfs() {
@@ -145,7 +150,7 @@ phases=("tar x" "find" "checkout" "create" "stat" "delete" "rm -rf")
 med() { awk -F'\t' -v t="$1" -v p="$2" '$1 == t && $2 == p { print $3 }' "$results" | median; }
 x() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 echo
-echo "Seconds, medians of $repeats alternating runs; $small small files; Presso compression=$compression; $(halt_poll_note)."
+echo "Seconds, medians of $repeats alternating runs; $small small files; Presso compression=$compression; $(halt_poll_note); $(uring_note)."
 echo
 header="| target |"; rule="|---|"
 for p in "${phases[@]}"; do header+=" $p |"; rule+="---:|"; done
@@ -158,9 +163,9 @@ done
 echo
 has() { [[ " ${targets[*]} " == *" $1 "* ]]; }
 ratio() { has "$1" && echo "$(x "$(med "$1" "$2")" "$(med ext4 "$2")")x" || echo "–"; }
-echo "| ÷ ext4 | Presso | FUSE floor | target (Presso) |"
-echo "|---|---:|---:|---|"
+echo "| ÷ ext4 | Presso | Presso, io_uring | FUSE floor | target (Presso) |"
+echo "|---|---:|---:|---:|---|"
 for p in "${phases[@]}"; do
   case $p in "tar x") goal="≤ 2x" ;; find) goal="≤ 3x" ;; "rm -rf") goal="≤ 1x" ;; *) goal="–" ;; esac
-  echo "| $p | $(ratio presso "$p") | $(ratio floor "$p") | $goal |"
+  echo "| $p | $(ratio presso "$p") | $(ratio presso-uring "$p") | $(ratio floor "$p") | $goal |"
 done

@@ -22,6 +22,26 @@ if [ -n "${PRESSO_HALT_POLL_NS:-}" ]; then
   trap cleanup EXIT INT TERM
   echo "$PRESSO_HALT_POLL_NS" > "$halt_poll"
 fi
+# FUSE over io_uring (Linux 6.14 on): the fuse module offers it at INIT only with its
+# enable_uring parameter set, and Presso then takes requests from one queue per CPU.
+# PRESSO_FUSE_URING=on|off sets the parameter for the run (restored on exit); mounts made before
+# keep what they had. `uring_note` tells the setting for the results.
+uring_param=/sys/module/fuse/parameters/enable_uring
+uring_saved=""
+if [ -n "${PRESSO_FUSE_URING:-}" ]; then
+  [ -w "$uring_param" ] || { echo "PRESSO_FUSE_URING: this kernel has no FUSE over io_uring ($uring_param)" >&2; exit 1; }
+  case $PRESSO_FUSE_URING in on) want=Y ;; off) want=N ;; *) echo "PRESSO_FUSE_URING: on or off" >&2; exit 1 ;; esac
+  uring_saved=$(cat "$uring_param")
+  trap cleanup EXIT INT TERM
+  echo "$want" > "$uring_param"
+fi
+uring_note() {
+  if [ -r "$uring_param" ] && [ "$(cat "$uring_param")" = Y ]; then
+    echo "FUSE over io_uring offered"
+  else
+    echo "FUSE over io_uring not offered"
+  fi
+}
 halt_poll_note() {
   if [ -r "$halt_poll" ]; then
     echo "guest halt polling: $(cat "$halt_poll") ns"
@@ -52,6 +72,7 @@ cleanup() {
   [ -n "$loopdev" ] && losetup -d "$loopdev" 2>/dev/null || true
   rm -f "$img"
   [ -z "$halt_poll_saved" ] || echo "$halt_poll_saved" > "$halt_poll"
+  [ -z "$uring_saved" ] || echo "$uring_saved" > "$uring_param"
 }
 
 # make_disk BYTES: a fresh ext4 of at least BYTES (whole MiB: a loop device with direct I/O
