@@ -35,8 +35,8 @@ channels=N (threads reading requests from the kernel, each on its own clone of t
 default 2); uring (take requests from one io_uring queue per CPU where the kernel offers FUSE
 over io_uring, as Linux 6.14 on does with the fuse module's enable_uring parameter set: each
 request is served on the CPU that made it, which speeds up work that keeps every CPU busy, such
-as extracting an archive, and slows down a single program's run of small requests and large
-writes; see docs/benchmarks.md) or nouring (the default: every request through the FUSE
+as extracting an archive, slows down a single program's run of small requests and does not
+speed up large writes; see docs/benchmarks.md) or nouring (the default: every request through the FUSE
 device); for a shared pool also cache_dir=DIR (where this machine's clients keep their own
 files; default /var/cache/presso for root, else ~/.cache/presso) and client_timeout=SECONDS
 (how long a client may go without a heartbeat before the others take it for stopped and remove
