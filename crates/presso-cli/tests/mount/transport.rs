@@ -72,6 +72,11 @@ fn requests_come_through_a_queue_per_cpu_when_asked_and_offered() {
             queues, 0,
             "the kernel offers no io_uring queues: all through /dev/fuse"
         );
+        let log = std::fs::read_to_string(f.pool.join("presso.log")).unwrap();
+        assert!(
+            log.contains("does not offer FUSE over io_uring"),
+            "the daemon says why the option did nothing:\n{log}"
+        );
     }
     // Not asked for: every request through /dev/fuse, and what the queues took reads back.
     let (queues, _) = queues_after_work(&mut f, &["nouring"]);

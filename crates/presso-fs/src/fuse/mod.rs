@@ -100,6 +100,13 @@ impl PressoFs {
     /// has an entry.
     pub fn serve_ring(&self, device: BorrowedFd<'_>) -> bool {
         if !self.ring_granted.load(Ordering::Acquire) {
+            if self.ring_wanted {
+                crate::log!(
+                    "presso: mount option uring: this kernel does not offer FUSE over io_uring \
+                     (Linux 6.14 on, with /sys/module/fuse/parameters/enable_uring set to Y \
+                     before mounting); requests come through /dev/fuse"
+                );
+            }
             return false;
         }
         match device.try_clone_to_owned() {

@@ -54,7 +54,7 @@ mod locks;
 mod moved_tests;
 mod namespace;
 #[cfg(test)]
-mod orphan_tests;
+pub(crate) mod orphan_tests;
 mod read;
 mod settings;
 mod submission;

@@ -25,7 +25,7 @@ fn options() -> PoolOptions {
 }
 
 /// Opens the pool on `dir` and `meta`; returns it and how many orphan records the open purged.
-pub(super) fn open_pool(dir: &SimDir, meta: &MemoryEngine) -> (Arc<Pool>, usize) {
+pub(crate) fn open_pool(dir: &SimDir, meta: &MemoryEngine) -> (Arc<Pool>, usize) {
     let (pool, report) = Pool::open_with(
         Arc::new(dir.clone()),
         MetaStore::new(Box::new(meta.handle())),
@@ -37,7 +37,7 @@ pub(super) fn open_pool(dir: &SimDir, meta: &MemoryEngine) -> (Arc<Pool>, usize)
 
 /// A new uncompressed pool on simulated parts: its records are stored in segments, not inline
 /// in the metadata (so a mount that finds an orphan counts them, and GC moves them).
-pub(super) fn uncompressed_pool() -> (SimDir, MemoryEngine) {
+pub(crate) fn uncompressed_pool() -> (SimDir, MemoryEngine) {
     let (dir, meta) = (SimDir::new(), MemoryEngine::new());
     Pool::create_with(
         Arc::new(dir.clone()),

@@ -211,26 +211,15 @@ fn serve(
         READDIRPLUS => fs.readdirplus(node, op.u64(0), op.u64(8), reply),
         RELEASEDIR => fs.releasedir(op.u64(0), reply),
         FSYNCDIR => fs.fsyncdir(reply),
-        // `fuse_lk_in`: fh, owner, then `fuse_file_lock` (start, end, type, pid).
-        GETLK => fs.getlk(
-            node,
-            op.u64(8),
-            op.u64(16),
-            op.u64(24),
-            op.i32(32),
-            op.u32(36),
-            reply,
-        ),
-        SETLK | SETLKW => fs.setlk(
-            node,
-            op.u64(8),
-            op.u64(16),
-            op.u64(24),
-            op.i32(32),
-            op.u32(36),
-            opcode == SETLKW,
-            reply,
-        ),
+        GETLK => {
+            let (owner, start, end, typ, pid) = lock_request(op);
+            fs.getlk(node, owner, start, end, typ, pid, reply)
+        }
+        SETLK | SETLKW => {
+            let (owner, start, end, typ, pid) = lock_request(op);
+            let sleep = opcode == SETLKW;
+            fs.setlk(node, owner, start, end, typ, pid, sleep, reply)
+        }
         CREATE => fs.create(caller, node, name!(), op.u32(4), op.u32(8), reply),
         DESTROY => {
             fs.destroy();
@@ -242,6 +231,12 @@ fn serve(
         LSEEK => fs.lseek(node, op.u64(8) as i64, op.i32(16), reply),
         _ => unsupported(reply),
     }
+}
+
+/// `fuse_lk_in`: fh, owner, then `fuse_file_lock` (start, end, type, pid); returns the owner
+/// and the lock.
+fn lock_request(op: &OpIn<'_>) -> (u64, u64, u64, i32, u32) {
+    (op.u64(8), op.u64(16), op.u64(24), op.i32(32), op.u32(36))
 }
 
 /// `fuse_setattr_in`: what to change, by its `valid` bits.

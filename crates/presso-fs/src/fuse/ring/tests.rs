@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use crossbeam_channel::{unbounded, Receiver};
 use presso_meta::memory::MemoryEngine;
-use presso_meta::{MetaStore, ROOT_INO};
+use presso_meta::ROOT_INO;
 use presso_store::SimDir;
 
 use super::decode::dispatch;
 use super::{parse_cpu_list_end, ring_depth, Home, Slot, ENT_IN_OUT_AT, MAX_PAYLOAD, OP_IN_AT};
 use crate::fuse::PressoFs;
-use crate::pool::{Pool, PoolOptions};
+use crate::vfs::orphan_tests::{open_pool, uncompressed_pool};
 use crate::vfs::{Vfs, VfsConfig};
 
 const LOOKUP: u32 = 1;
@@ -35,26 +35,15 @@ struct Rig {
 
 impl Rig {
     fn new() -> Rig {
-        let (dir, meta) = (SimDir::new(), MemoryEngine::new());
-        Pool::create_with(
-            Arc::new(dir.clone()),
-            &MetaStore::new(Box::new(meta.handle())),
-            &[("compression".to_string(), "off".to_string())],
-        )
-        .expect("create the pool");
-        let (pool, _) = Pool::open_with(
-            Arc::new(dir.clone()),
-            MetaStore::new(Box::new(meta.handle())),
-            PoolOptions::default(),
-        )
-        .expect("open the pool");
+        let (dir, meta) = uncompressed_pool();
+        let (pool, _) = open_pool(&dir, &meta);
         let config = VfsConfig {
             reclaim: None,
             ..VfsConfig::default()
         };
         let fs = PressoFs::new(Vfs::new(pool, config), 2, TTL, true);
         let (returned, back) = unbounded();
-        // SAFETY: plain eventfd creation; the descriptor is left open for the test's process.
+        // SAFETY: plain eventfd creation; the home closes it.
         let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         assert!(wake >= 0);
         let home = Arc::new(Home {
