@@ -11,8 +11,8 @@
 //! there (docs/benchmarks.md).
 //!
 //! With mount option `uring`, where the kernel offers FUSE over io_uring, requests come instead
-//! from one queue per CPU, each served by a thread bound to that CPU ([`ring`]); see there for
-//! why.
+//! from one queue per CPU, each served by a thread bound to that CPU (the `ring` module, which
+//! says why).
 //!
 //! This module holds the adapter's state (the [`Vfs`], the worker pool, the kernel's cache
 //! timeout and notifier); `requests` serves the kernel's requests, one method each, answering
