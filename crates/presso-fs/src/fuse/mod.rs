@@ -20,12 +20,12 @@
 //! and `ring` (requests taken from io_uring queues) decode them.
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crossbeam_channel::{unbounded, Sender};
 use fuser::{FopenFlags, INodeNo, Notifier};
+use parking_lot::Mutex;
 
 mod config;
 mod convert;
@@ -62,8 +62,8 @@ pub struct PressoFs {
     notifier: Arc<OnceLock<Notifier>>,
     /// Whether to take requests from io_uring queues when the kernel offers them.
     ring_wanted: bool,
-    /// Whether the kernel took the queues at INIT.
-    ring_granted: Arc<AtomicBool>,
+    /// The queues' rings, made at INIT when the kernel took them, until they are served.
+    rings: Arc<Mutex<Option<Vec<ring::QueueRing>>>>,
 }
 
 impl PressoFs {
@@ -90,7 +90,7 @@ impl PressoFs {
             ttl,
             notifier: Arc::default(),
             ring_wanted: ring,
-            ring_granted: Arc::default(),
+            rings: Arc::default(),
         }
     }
 
@@ -99,23 +99,48 @@ impl PressoFs {
     /// Returns whether it did; requests then come through the queues once every CPU's queue
     /// has an entry.
     pub fn serve_ring(&self, device: BorrowedFd<'_>) -> bool {
-        if !self.ring_granted.load(Ordering::Acquire) {
-            if self.ring_wanted {
-                crate::log!(
-                    "presso: mount option uring: this kernel does not offer FUSE over io_uring \
-                     (Linux 6.14 on, with /sys/module/fuse/parameters/enable_uring set to Y \
-                     before mounting); requests come through /dev/fuse"
-                );
-            }
+        let Some(mut rings) = self.rings.lock().take() else {
             return false;
-        }
+        };
         match device.try_clone_to_owned() {
             Ok(device) => {
-                ring::start(self.clone(), Arc::new(device));
+                ring::start(self.clone(), Arc::new(device), rings);
                 true
             }
             Err(e) => {
-                crate::log!("presso: io_uring queues not started: {e}");
+                crate::log!("presso: cannot serve the io_uring queues ({e})");
+                if let Some(queue) = rings.pop() {
+                    ring::give_up(std::os::fd::AsRawFd::as_raw_fd(&device), queue);
+                }
+                false
+            }
+        }
+    }
+
+    /// At INIT: whether to ask the kernel for io_uring queues, their rings made first (see
+    /// [`ring::QueueRing`] for why), or why not, logged.
+    fn prepare_ring(&self, offered: bool) -> bool {
+        if !self.ring_wanted {
+            return false;
+        }
+        if !offered {
+            crate::log!(
+                "presso: mount option uring: this kernel does not offer FUSE over io_uring \
+                 (Linux 6.14 on, with /sys/module/fuse/parameters/enable_uring set to Y before \
+                 mounting); requests come through /dev/fuse"
+            );
+            return false;
+        }
+        match ring::prepare() {
+            Ok(rings) => {
+                *self.rings.lock() = Some(rings);
+                true
+            }
+            Err(e) => {
+                crate::log!(
+                    "presso: mount option uring: io_uring cannot be used here ({e}); requests \
+                     come through /dev/fuse"
+                );
                 false
             }
         }

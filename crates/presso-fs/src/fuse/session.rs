@@ -19,9 +19,13 @@ use super::{configure_kernel, PressoFs};
 
 impl Filesystem for PressoFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let ring = configure_kernel(config, self.shared(), self.ring_wanted);
-        self.ring_granted
-            .store(ring, std::sync::atomic::Ordering::Release);
+        // FUSE over io_uring is offered when the kernel lists it; its rings are made before
+        // the daemon asks for it (see `PressoFs::prepare_ring`).
+        let offered = config
+            .capabilities()
+            .contains(fuser::InitFlags::FUSE_OVER_IO_URING);
+        let ring = self.prepare_ring(offered);
+        configure_kernel(config, self.shared(), ring);
         Ok(())
     }
 

@@ -70,27 +70,105 @@ const CMD_COMMIT_AND_FETCH: u32 = 2;
 /// The `user_data` of the eventfd read that wakes a queue thread for replies from elsewhere.
 const WAKE: u64 = u64::MAX;
 
-/// Starts one thread per possible CPU, each registering a queue for its CPU with the kernel.
-/// Called once INIT is done, when the kernel took FUSE over io_uring.
-pub(super) fn start(fs: PressoFs, device: Arc<OwnedFd>) {
+/// A queue's io_uring and the eventfd that wakes its thread, made before INIT is answered.
+/// Once the kernel takes FUSE over io_uring it holds back every request until each CPU's
+/// queue has an entry, so nothing that can fail for want of a resource (io_uring forbidden,
+/// file descriptors, locked memory) may be left for after INIT. The ring is made disabled
+/// and enabled by the thread that serves it, which so becomes its one submitter.
+pub(super) struct QueueRing {
+    ring: IoUring<squeue::Entry128, cqueue::Entry>,
+    wake: OwnedFd,
+}
+
+/// One [`QueueRing`] per possible CPU, or why io_uring cannot be used here.
+pub(super) fn prepare() -> io::Result<Vec<QueueRing>> {
     let cpus = possible_cpus();
-    let depth = ring_depth(cpus);
-    for qid in 0..cpus {
+    let entries = (ring_depth(cpus) as u32 + 1).next_power_of_two() * 2;
+    (0..cpus)
+        .map(|_| {
+            let ring = IoUring::builder()
+                .setup_single_issuer()
+                .setup_defer_taskrun()
+                .setup_r_disabled()
+                .build(entries)?;
+            // SAFETY: plain eventfd creation; the descriptor is owned from here on.
+            let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+            if wake < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: `wake` is a new descriptor nothing else owns.
+            let wake = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(wake) };
+            Ok(QueueRing { ring, wake })
+        })
+        .collect()
+}
+
+/// Starts a thread per queue of `queues` (one per possible CPU), each registering its entries
+/// with the kernel. Called once INIT is done, when the kernel took FUSE over io_uring.
+pub(super) fn start(fs: PressoFs, device: Arc<OwnedFd>, queues: Vec<QueueRing>) {
+    let depth = ring_depth(queues.len() as u16);
+    for (qid, queue) in queues.into_iter().enumerate() {
+        let qid = qid as u16;
         let fs = fs.clone();
-        let device = device.clone();
+        let thread_device = device.clone();
+        // The ring goes to its thread once the thread exists, so that it is still here to
+        // give the queues up with if the thread cannot be made.
+        let (hand, take) = crossbeam_channel::bounded::<QueueRing>(1);
         let spawned = std::thread::Builder::new()
             .name(format!("presso-ring{qid}"))
             .spawn(move || {
-                if let Err(e) = serve_queue(&fs, device.as_raw_fd(), qid, depth) {
+                let Ok(queue) = take.recv() else { return };
+                if let Err(e) = serve_queue(&fs, thread_device.as_raw_fd(), qid, depth, queue) {
                     crate::log!(
-                        "presso: io_uring queue {qid} stopped ({e}); requests go through \
+                        "presso: io_uring queue {qid} stopped ({e}); requests come through \
                          /dev/fuse"
                     );
                 }
             });
-        if let Err(e) = spawned {
-            crate::log!("presso: cannot start io_uring queue {qid}: {e}");
+        match spawned {
+            Ok(_) => {
+                let _ = hand.send(queue);
+            }
+            Err(e) => {
+                crate::log!("presso: cannot start io_uring queue {qid} ({e})");
+                give_up(device.as_raw_fd(), queue);
+                return;
+            }
         }
+    }
+}
+
+/// Makes the kernel give up the queues of this connection and serve every request through
+/// `/dev/fuse`, as it does when a registration fails: a registration for a queue that does not
+/// exist. Without it, a queue that never registers would hold back every request.
+pub(super) fn give_up(device: RawFd, queue: QueueRing) {
+    let QueueRing { ring, .. } = queue;
+    let refused = (|| -> io::Result<i32> {
+        ring.submitter().register_enable_rings()?;
+        let mut cmd = [0u8; 80];
+        cmd[16..18].copy_from_slice(&u16::MAX.to_ne_bytes());
+        let entry = opcode::UringCmd80::new(types::Fd(device), CMD_REGISTER)
+            .cmd(cmd)
+            .build()
+            .user_data(0);
+        // SAFETY: the command points to no buffer: the kernel refuses it on its queue number.
+        while unsafe { ring.submission_shared().push(&entry) }.is_err() {
+            ring.submit()?;
+        }
+        ring.submit_and_wait(1)?;
+        // SAFETY: only this thread uses the ring.
+        let result = unsafe { ring.completion_shared() }
+            .next()
+            .map_or(0, |c| c.result());
+        Ok(result)
+    })();
+    match refused {
+        Ok(r) if r < 0 => {
+            crate::log!("presso: io_uring queues given up; requests come through /dev/fuse")
+        }
+        other => crate::log!(
+            "presso: could not give up the io_uring queues ({other:?}); requests may hang: unmount"
+        ),
     }
 }
 
@@ -213,17 +291,9 @@ impl Slot {
 pub(crate) struct Home {
     returned: Sender<Slot>,
     /// Written by replies sent from other threads, to wake the queue thread.
-    wake: RawFd,
+    wake: OwnedFd,
     /// The queue thread, which needs no waking for its own replies.
     owner: ThreadId,
-}
-
-impl Drop for Home {
-    fn drop(&mut self) {
-        // SAFETY: the eventfd is this home's own, and nothing writes to it once the home (which
-        // every reply holds) is gone.
-        unsafe { libc::close(self.wake) };
-    }
 }
 
 impl Home {
@@ -237,7 +307,7 @@ impl Home {
         if std::thread::current().id() != self.owner {
             let one = 1u64;
             // SAFETY: writing 8 bytes from a valid u64 to an eventfd this home owns.
-            unsafe { libc::write(self.wake, (&one as *const u64).cast(), 8) };
+            unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
         }
     }
 }
@@ -287,24 +357,23 @@ fn fuse_command(device: RawFd, qid: u16, slot: &Slot, cmd_op: u32) -> squeue::En
 }
 
 /// Serves queue `qid` until the kernel tears the ring down (unmount), or fails to set it up.
-fn serve_queue(fs: &PressoFs, device: RawFd, qid: u16, depth: usize) -> io::Result<()> {
+fn serve_queue(
+    fs: &PressoFs,
+    device: RawFd,
+    qid: u16,
+    depth: usize,
+    queue: QueueRing,
+) -> io::Result<()> {
     bind_to_cpu(qid);
-    let entries = (depth as u32 + 1).next_power_of_two() * 2;
-    let mut ring: IoUring<squeue::Entry128, cqueue::Entry> = IoUring::builder()
-        .setup_single_issuer()
-        .setup_defer_taskrun()
-        .build(entries)?;
-    // SAFETY: plain eventfd creation.
-    let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-    if wake < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let QueueRing { mut ring, wake } = queue;
+    ring.submitter().register_enable_rings()?;
     let (returned, back) = unbounded();
     let home = Arc::new(Home {
         returned,
         wake,
         owner: std::thread::current().id(),
     });
+    let wake = home.wake.as_raw_fd();
     let mut slots: Vec<Option<Slot>> = (0..depth).map(|i| Some(Slot::new(i))).collect();
     // Where the kernel puts the eventfd's count; it may, until the ring is torn down after
     // this thread ends, so it is never freed.

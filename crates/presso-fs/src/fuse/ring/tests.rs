@@ -43,9 +43,11 @@ impl Rig {
         };
         let fs = PressoFs::new(Vfs::new(pool, config), 2, TTL, true);
         let (returned, back) = unbounded();
-        // SAFETY: plain eventfd creation; the home closes it.
+        // SAFETY: plain eventfd creation; the descriptor is owned from here on.
         let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         assert!(wake >= 0);
+        // SAFETY: `wake` is a new descriptor nothing else owns.
+        let wake = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(wake) };
         let home = Arc::new(Home {
             returned,
             wake,
