@@ -45,9 +45,9 @@ pub fn mount_config(
 /// What the daemon asks of the kernel at INIT: large writes and read-ahead, the writeback cache
 /// and cached symlink targets (unless `shared`; locks instead), parallel directory operations,
 /// listings with attributes, suid/sgid handling in the daemon, and with `ring` requests through
-/// io_uring queues. Returns whether the kernel takes the queues (it offers them only with the
-/// `fuse` module's `enable_uring` parameter set).
-pub fn configure_kernel(config: &mut KernelConfig, shared: bool, ring: bool) -> bool {
+/// io_uring queues (asked for only where the kernel offers them: the `fuse` module's
+/// `enable_uring` parameter).
+pub fn configure_kernel(config: &mut KernelConfig, shared: bool, ring: bool) {
     let _ = config.set_max_write(MAX_PAYLOAD as u32);
     let _ = config.set_max_readahead(MAX_PAYLOAD as u32);
     // The kernel caches writes and sends them in large batches; reads of cached pages never
@@ -76,7 +76,7 @@ pub fn configure_kernel(config: &mut KernelConfig, shared: bool, ring: bool) -> 
     let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
     let _ = config.set_max_background(64);
     let _ = config.set_congestion_threshold(48);
-    ring && config
-        .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
-        .is_ok()
+    if ring {
+        let _ = config.add_capabilities(InitFlags::FUSE_OVER_IO_URING);
+    }
 }

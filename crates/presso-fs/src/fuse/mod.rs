@@ -96,23 +96,18 @@ impl PressoFs {
 
     /// Starts serving io_uring queues if the kernel took them at INIT (the session exists,
     /// so INIT is done), addressing the connection through the session's FUSE `device`.
-    /// Returns whether it did; requests then come through the queues once every CPU's queue
-    /// has an entry.
-    pub fn serve_ring(&self, device: BorrowedFd<'_>) -> bool {
+    /// Requests then come through the queues once every CPU's queue has an entry.
+    pub fn serve_ring(&self, device: BorrowedFd<'_>) {
         let Some(mut rings) = self.rings.lock().take() else {
-            return false;
+            return;
         };
         match device.try_clone_to_owned() {
-            Ok(device) => {
-                ring::start(self.clone(), Arc::new(device), rings);
-                true
-            }
+            Ok(device) => ring::start(self.clone(), Arc::new(device), rings),
             Err(e) => {
                 crate::log!("presso: cannot serve the io_uring queues ({e})");
                 if let Some(queue) = rings.pop() {
                     ring::give_up(std::os::fd::AsRawFd::as_raw_fd(&device), queue);
                 }
-                false
             }
         }
     }

@@ -118,10 +118,9 @@ impl Vfs {
 
     /// The listing both kinds share: `dot(ino)` describes `.` and `..`, `page(after, limit)`
     /// gives at most `limit` entries (inode, name, what `add` takes) after a position (fewer
-    /// only at the directory's end), `add`
-    /// takes each until the reply is full. The handle's state is taken out of the map while
-    /// listing, so listings of other handles, and metadata reads, never wait on each other (the
-    /// kernel sends one request at a time per handle).
+    /// only at the directory's end), `add` takes each until the reply is full. The handle's
+    /// state is taken out of the map while listing, so listings of other handles, and metadata
+    /// reads, never wait on each other (the kernel sends one request at a time per handle).
     pub(super) fn list_from<E>(
         &self,
         ino: u64,

@@ -392,6 +392,7 @@ fn serve_queue(
     pending.push(wake_read());
     let mut live = depth;
     let mut registered = 0;
+    let mut done: Vec<(u64, i32)> = Vec::with_capacity(depth + 1);
     loop {
         submit_all(&mut ring, &mut pending)?;
         match ring.submit_and_wait(1) {
@@ -399,11 +400,9 @@ fn serve_queue(
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
             Err(e) => return Err(e),
         }
-        let done: Vec<(u64, i32)> = ring
-            .completion()
-            .map(|c| (c.user_data(), c.result()))
-            .collect();
-        for (user_data, result) in done {
+        done.clear();
+        done.extend(ring.completion().map(|c| (c.user_data(), c.result())));
+        for &(user_data, result) in &done {
             if user_data == WAKE {
                 pending.push(wake_read());
                 continue;

@@ -103,18 +103,16 @@ impl Rig {
         assert_eq!(slot.index, 3, "the slot keeps its place in the queue");
         // SAFETY: the slot came home; the reply is written.
         let h = unsafe { slot.header() };
-        let word = |at: usize| u32::from_ne_bytes(h[at..at + 4].try_into().unwrap());
-        let dword = |at: usize| u64::from_ne_bytes(h[at..at + 8].try_into().unwrap());
-        let error = word(4) as i32;
-        let payload_len = word(ENT_IN_OUT_AT + 16) as usize;
-        assert_eq!(dword(8), UNIQUE, "the out header names the request");
+        let error = le32(h, 4) as i32;
+        let payload_len = le32(h, ENT_IN_OUT_AT + 16) as usize;
+        assert_eq!(le64(h, 8), UNIQUE, "the out header names the request");
         assert_eq!(
-            dword(ENT_IN_OUT_AT + 8),
+            le64(h, ENT_IN_OUT_AT + 8),
             UNIQUE,
             "the commit id is the request's"
         );
         assert_eq!(
-            word(0) as usize,
+            le32(h, 0) as usize,
             16 + payload_len,
             "the out header's length"
         );
