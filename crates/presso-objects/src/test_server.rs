@@ -8,12 +8,13 @@
 //! holds, and when that pipe closes (the value is dropped or the process ends, however it ends)
 //! it stops the server and removes the directory.
 
+use std::collections::VecDeque;
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Mutex, OnceLock};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::{ObjectOptions, ObjectUrl, Objects};
@@ -28,10 +29,14 @@ pub struct TestServer {
     dir: PathBuf,
     s3_port: u16,
     keeper: Mutex<Option<(Child, ChildStdin)>>,
+    log: Arc<Mutex<VecDeque<String>>>,
 }
 
 /// How long a starting server may take to serve S3.
 const START_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// How many of the server's last log lines [`TestServer::log_tail`] keeps.
+const LOG_LINES: usize = 200;
 
 impl TestServer {
     /// The server shared by every test of this process, started at the first call.
@@ -90,10 +95,13 @@ impl TestServer {
             while :; do
                 # SeaweedFS also listens on unix sockets named by port in /tmp, and leaves them.
                 for port in {port_list}; do rm -f /tmp/seaweedfs-*-"$port".sock; done
+                # Volumes turn read-only below 1% of the disk free by default (2.5 GB of a
+                # 250 GB disk), and writes then fail until a client's retries run out; the
+                # tests write megabytes.
                 "$1" server -dir="$2" -ip=127.0.0.1 -ip.bind=127.0.0.1 {port_args} \
                     -s3 -s3.config="$2/s3.json" -s3.autoCreateBucket \
                     -s3.port.iceberg=0 -s3.port.lance=0 -master.volumeSizeLimitMB=64 \
-                    -volume.max=100 -master.telemetry=false &
+                    -volume.max=100 -volume.minFreeSpace=256MiB -master.telemetry=false &
                 pid=$!
                 ( if read -r cmd <&3; then echo "$cmd"; else echo quit; fi > "$2/.keeper"
                   kill "$pid" ) 2>/dev/null &
@@ -119,10 +127,12 @@ impl TestServer {
             .map_err(|e| format!("starting SeaweedFS: {e}"))?;
         let stdin = child.stdin.take().expect("piped");
         let stderr = child.stderr.take().expect("piped");
-        // The server's log: read until its S3 server starts, then drained.
+        // The server's log: read until its S3 server starts, its last lines kept after that.
         let (ready_tx, ready_rx) = mpsc::channel();
+        let log = Arc::new(Mutex::new(VecDeque::new()));
+        let kept = Arc::clone(&log);
         std::thread::spawn(move || {
-            let mut log = Vec::new();
+            let mut start_log = Vec::new();
             let mut ready = Some(ready_tx);
             for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
                 if let Some(tx) = &ready {
@@ -130,18 +140,24 @@ impl TestServer {
                         let _ = tx.send(Ok(()));
                         ready = None;
                     } else {
-                        log.push(line);
+                        start_log.push(line);
                     }
+                } else if let Ok(mut kept) = kept.lock() {
+                    if kept.len() == LOG_LINES {
+                        kept.pop_front();
+                    }
+                    kept.push_back(line);
                 }
             }
             if let Some(tx) = ready {
-                let _ = tx.send(Err(log.join("\n")));
+                let _ = tx.send(Err(start_log.join("\n")));
             }
         });
         let server = TestServer {
             dir,
             s3_port,
             keeper: Mutex::new(Some((child, stdin))),
+            log,
         };
         match ready_rx.recv_timeout(START_TIMEOUT) {
             Ok(Ok(())) => {
@@ -194,6 +210,15 @@ impl TestServer {
             bucket: test_bucket(),
             prefix: format!("{tag}-{}", N.fetch_add(1, Ordering::Relaxed)),
         }
+    }
+
+    /// The last lines the server logged since it started serving S3, for a failing test to
+    /// show.
+    pub fn log_tail(&self) -> String {
+        self.log
+            .lock()
+            .map(|lines| Vec::from(lines.clone()).join("\n"))
+            .unwrap_or_default()
     }
 
     /// The server's data directory.

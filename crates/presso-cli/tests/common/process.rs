@@ -124,7 +124,11 @@ pub fn exec_within(mut cmd: impl BorrowMut<Command>, limit: Duration) -> Output 
             Ok(None) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!("`{what}` did not finish within {limit:?}; killed it");
+                panic!(
+                    "`{what}` did not finish within {limit:?}; killed it\nstdout:\n{}\nstderr:\n{}",
+                    printed(stdout),
+                    printed(stderr)
+                );
             }
             Err(e) => panic!("waiting for `{what}`: {e}"),
         }
@@ -135,6 +139,19 @@ pub fn exec_within(mut cmd: impl BorrowMut<Command>, limit: Duration) -> Output 
         stdout: stdout.join().expect("stdout reader"),
         stderr: stderr.join().expect("stderr reader"),
     }
+}
+
+/// What a killed command printed: its pipe's reader ends once no process holds the pipe, which
+/// a process it started and left running may still do for a while.
+fn printed(reader: std::thread::JoinHandle<String>) -> String {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !reader.is_finished() {
+        if Instant::now() > deadline {
+            return "(still held open by a process it started)".into();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    reader.join().unwrap_or_default()
 }
 
 fn drain(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {

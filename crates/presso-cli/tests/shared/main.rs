@@ -21,6 +21,30 @@ use presso_objects::test_server::{TestServer as S3, ACCESS_KEY, SECRET_KEY};
 /// of a shared mount (1 s), with room for a busy machine.
 const VISIBLE_WITHIN: Duration = Duration::from_secs(5);
 
+/// Longest a command of these tests may take: a client keeps retrying a failing server for its
+/// server timeout before it says what failed, and a failing test should show that.
+const COMMAND_LIMIT: Duration =
+    Duration::from_secs(presso_fs::pool::DEFAULT_SERVER_TIMEOUT.as_secs() + 60);
+
+/// Runs `cmd` as [`exec`] does, within [`COMMAND_LIMIT`]; when it hangs, the failure shows the
+/// object store's last log lines too.
+fn exec(cmd: impl std::borrow::BorrowMut<Command>) -> Output {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        exec_within(cmd, COMMAND_LIMIT)
+    }))
+    .unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        panic!(
+            "{message}\nthe object store's last log lines:\n{}",
+            S3::shared().log_tail()
+        )
+    })
+}
+
 /// `presso` with the object store's credentials in its environment, as users give them.
 fn presso_s3() -> Command {
     let mut c = presso();
