@@ -46,6 +46,15 @@ pub enum FsError {
     /// The host file system under the pool is (nearly) full.
     #[error("the file system holding the pool is full; free space there and retry")]
     NoSpace,
+    /// The pool at this path cannot open: the disk holding it has no room for the metadata's
+    /// first write. Not damage; nothing was changed.
+    #[error(
+        "{}: the disk holding the pool is full. Free space on it (`df {}` shows how much is \
+         left), then try again; nothing in the pool was changed",
+        .0.display(),
+        .0.display()
+    )]
+    PoolDiskFull(std::path::PathBuf),
     /// A property name or value that is not valid, or set where it cannot be.
     #[error("{0}")]
     Property(String),
@@ -154,7 +163,7 @@ impl FsError {
                 | presso_objects::ObjectError::Unavailable(_) => libc::EIO,
             },
             FsError::CorruptFrame { .. } | FsError::Misdirected { .. } => libc::EIO,
-            FsError::NoSpace => libc::ENOSPC,
+            FsError::NoSpace | FsError::PoolDiskFull(_) => libc::ENOSPC,
             FsError::Property(_)
             | FsError::BadArgument(_)
             | FsError::Mount(_)

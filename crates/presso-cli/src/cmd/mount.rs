@@ -25,7 +25,10 @@ use presso_fs::pool::ClientPlace;
 
 Mount options (-o, comma-separated): allow_other (other users may enter, permissions still apply),
 ro, rw, noexec, exec, nonempty (mount over a directory that holds files, hiding them while
-mounted; refused otherwise), sync_interval=SECONDS (default 5; see below), cache_timeout=SECONDS
+mounted; refused otherwise), sync_interval=SECONDS (default 5; see below), flush_after=SECONDS
+(how long the end of a file, a record only partly written, waits untouched for more bytes before
+it is compressed and stored anyway; default 2, 0.1 to 3600; sync_interval still bounds how long
+it may stay not durable), cache_timeout=SECONDS
 (how long the kernel keeps names and attributes without asking the daemon; default 3600: every
 change passes through the kernel, which updates what it keeps, so a long timeout is safe and saves
 a request per stat), dirty_limit=SIZE (most bytes of written records waiting for compression
@@ -120,6 +123,10 @@ fn parse_all_options(options: &[String]) -> Result<(MountConfig, SharedOptions)>
                      O_DSYNC",
                 )?;
             }
+            p if p.starts_with("flush_after=") => {
+                config.vfs.flush_after =
+                    seconds(p, 0.1..=MAX_SYNC_INTERVAL_SECS, "(e.g. flush_after=2)")?;
+            }
             p if p.starts_with("dirty_limit=") => {
                 config.vfs.dirty_limit = memory_size(p)?;
             }
@@ -151,7 +158,8 @@ fn parse_all_options(options: &[String]) -> Result<(MountConfig, SharedOptions)>
             p if IGNORED.contains(&p) || p.starts_with("x-") => {}
             p => bail!(
                 "unknown mount option '{p}'; valid: allow_other, ro, rw, noexec, exec, nonempty, \
-                 sync_interval=SECONDS, cache_timeout=SECONDS, dirty_limit=SIZE, cache_size=SIZE, \
+                 sync_interval=SECONDS, flush_after=SECONDS, cache_timeout=SECONDS, \
+                 dirty_limit=SIZE, cache_size=SIZE, \
                  channels=N, uring, nouring, cache_dir=DIR, client_timeout=SECONDS, \
                  server_timeout=SECONDS"
             ),
@@ -430,6 +438,22 @@ mod tests {
             assert!(
                 e.to_string().contains("from 0.1 to 3600"),
                 "sync_interval={bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn flush_after_is_seconds_within_limits() {
+        use std::time::Duration;
+        let default = parse_options(&[]).unwrap().vfs.flush_after;
+        assert_eq!(default, presso_fs::vfs::VfsConfig::default().flush_after);
+        let c = parse_options(&["flush_after=3600".into()]).unwrap();
+        assert_eq!(c.vfs.flush_after, Duration::from_secs(3600));
+        for bad in ["0", "3601", "2s", ""] {
+            let e = parse_options(&[format!("flush_after={bad}")]).unwrap_err();
+            assert!(
+                e.to_string().contains("from 0.1 to 3600"),
+                "flush_after={bad}: {e}"
             );
         }
     }

@@ -93,6 +93,7 @@ pub fn run(args: UnmountArgs) -> Result<()> {
     // that cannot be probed counts as held, so we wait rather than call the daemon dead.
     let lock = LockWatch::open(&mount.pool).ok();
     let daemon_alive = lock.as_ref().is_some_and(|l| l.is_held().unwrap_or(true));
+    let mut commit_failed = None;
     let lost = if daemon_alive {
         match unstored(&mount.pool) {
             Ok(lost) => lost,
@@ -105,7 +106,7 @@ pub fn run(args: UnmountArgs) -> Result<()> {
                 path.display()
             ),
             Err(e) => {
-                eprintln!("presso: unmounting with --force although the commit failed: {e}");
+                commit_failed = Some(e);
                 Unstored::default()
             }
         }
@@ -157,6 +158,12 @@ pub fn run(args: UnmountArgs) -> Result<()> {
             "unmounted {} with --force; lost: {}",
             path.display(),
             describe(&lost)
+        );
+    } else if let Some(e) = commit_failed {
+        println!(
+            "unmounted {} with --force although the last commit failed ({e}); lost: whatever \
+             was written since the pool's last commit. The pool mounts again at that commit",
+            path.display()
         );
     } else if daemon_alive {
         println!(

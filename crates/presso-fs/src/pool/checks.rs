@@ -87,6 +87,8 @@ pub(super) fn unusable_metadata(pool: &Path, error: MetaError) -> FsError {
     let reason = match error {
         // Not damage: another process (a mount) has the pool open.
         MetaError::InUse(_) => return StoreError::InUse { pid: None }.into(),
+        // Not damage either: the disk has no room for the metadata's first write.
+        MetaError::Full => return FsError::PoolDiskFull(pool.to_path_buf()),
         MetaError::NotInitialized(why) => why,
         other => format!("{}: {other}", pool.join(META_FILE).display()),
     };
@@ -175,4 +177,25 @@ pub(super) fn committed(
         }
     }
     Ok(committed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_that_cannot_open_on_a_full_disk_is_not_called_damage() {
+        let pool = Path::new("/srv/pool");
+        let full = unusable_metadata(pool, MetaError::Full);
+        assert_eq!(full.errno(), libc::ENOSPC);
+        let text = full.to_string();
+        assert!(
+            text.contains("/srv/pool: the disk holding the pool is full")
+                && text.contains("Free space on it"),
+            "{text}"
+        );
+        assert!(!text.contains("recover"), "{text}");
+        let damaged = unusable_metadata(pool, MetaError::Corrupt("not a database".into()));
+        assert!(damaged.to_string().contains("presso recover"), "{damaged}");
+    }
 }
