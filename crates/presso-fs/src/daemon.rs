@@ -180,11 +180,15 @@ pub fn serve(
         let fs = PressoFs::new(vfs.clone(), threads, ttl, config.io_uring);
         let notifier = fs.notifier_slot();
         let serving = fs.clone();
-        let session = fuser::Session::new(fs, &mountpoint, &options)
-            .map_err(|e| FsError::io(format!("cannot mount on {}", mountpoint.display()), e))?;
+        // The control socket answers before the mount shows: whoever sees the mount (a script
+        // waiting for it, `presso status`) may ask the daemon at once.
+        let socket = control::serve(vfs.clone(), &pool_path, mountpoint.clone())?;
+        let session = fuser::Session::new(fs, &mountpoint, &options).map_err(|e| {
+            let _ = std::fs::remove_file(&socket);
+            FsError::io(format!("cannot mount on {}", mountpoint.display()), e)
+        })?;
         let _ = notifier.set(session.notifier());
         serving.serve_ring(std::os::fd::AsFd::as_fd(&session));
-        let socket = control::serve(vfs.clone(), &pool_path, mountpoint.clone())?;
         Ok((vfs, session, socket, mountpoint))
     };
     let (vfs, mut session, socket, mountpoint) = match setup() {
