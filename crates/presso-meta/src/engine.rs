@@ -256,6 +256,13 @@ pub trait MetaEngine: Send + Sync {
         }
         Ok(tx)
     }
+    /// Makes every transaction committed so far survive a power loss, as the commit of a
+    /// [`MetaEngine::write_durable`] transaction does, without a transaction of its own where the
+    /// engine can: then it writes nothing new, and works on a full disk. `Ok(false)`: this
+    /// engine cannot, and the caller commits an empty durable transaction instead.
+    fn sync_committed(&self) -> Result<bool> {
+        Ok(false)
+    }
     /// Folds everything committed into the engine's main file, so the file alone is complete
     /// (SQLite: a truncating checkpoint of the write-ahead log). Nothing to do by default.
     fn checkpoint(&self) -> Result<()> {

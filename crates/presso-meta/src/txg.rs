@@ -170,6 +170,13 @@ impl MetaStore {
         for op in ops {
             check_txg_op(op)?;
         }
+        // A durable group with nothing to apply only promises that what came before survives,
+        // which the engine may keep without a write (an fsync of a file only read, on a full
+        // disk, must not fail). Its number is then not recorded: numbers of groups that wrote
+        // nothing may come again after a restart, as those of groups a crash cut off do.
+        if ops.is_empty() && durable && self.engine.sync_committed()? {
+            return Ok(TxgOutcome::default());
+        }
         let mut tx = self.engine.write_as(durable, self.client())?;
         let out = apply_ops(&mut *tx, ops)?;
         if let Some(number) = number {

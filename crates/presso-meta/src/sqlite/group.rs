@@ -212,14 +212,28 @@ impl Writer {
     /// empties the intent log. Nothing to do when no group is open. If the commit fails, the
     /// group is rebuilt from the log, so its transactions stay visible and are committed later.
     pub(super) fn commit_group(&mut self) -> Result<()> {
-        let number = match &self.groups {
+        let (number, empty) = match &self.groups {
             Some(Groups {
-                open: Some(_),
+                open: Some(open),
                 committed,
                 ..
-            }) => committed + 1,
+            }) => (committed + 1, open.ops == 0),
             _ => return Ok(()),
         };
+        if empty {
+            // No transaction of the group reached the log (reads, or transactions undone, began
+            // it), so it holds no change: it ends without a write, which a full disk allows.
+            if let Err(e) = self.rollback() {
+                let e = eng_on(&self.conn)(e);
+                self.restore_group(&e.to_string());
+                return Err(e);
+            }
+            if let Some(groups) = self.groups.as_mut() {
+                groups.open = None;
+                groups.flag.store(false, Ordering::SeqCst);
+            }
+            return Ok(());
+        }
         let committed = self
             .write_pending(false)
             .and_then(|()| {

@@ -448,6 +448,34 @@ impl MetaEngine for SqliteEngine {
             .map_err(eng_on(&writer.conn))
     }
 
+    fn sync_committed(&self) -> Result<bool> {
+        // Held throughout, so that no checkpoint moves commits between the files while they
+        // are synced.
+        let writer = self.commit_open_group()?;
+        if self.sync != Synchronous::Full {
+            // Every commit is now in the write-ahead log or, checkpointed, in the database
+            // file: syncing both, and the directory naming them, is what a commit with
+            // synchronous=FULL adds, and it writes nothing.
+            let mut wal = self.path.clone().into_os_string();
+            wal.push("-wal");
+            let dir = match self.path.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                _ => PathBuf::from("."),
+            };
+            for path in [PathBuf::from(wal), self.path.clone(), dir] {
+                match std::fs::File::open(&path).and_then(|f| f.sync_all()) {
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        return Err(MetaError::Io(format!("syncing {}: {e}", path.display())))
+                    }
+                    Ok(()) => {}
+                }
+            }
+        }
+        drop(writer);
+        Ok(true)
+    }
+
     fn copy_to(&self, path: &Path) -> Result<bool> {
         let target = path
             .to_str()

@@ -329,3 +329,60 @@ fn a_refused_open_keeps_the_log_and_the_file() {
         "the refused open removed or changed the log"
     );
 }
+
+/// The write-ahead log's length in bytes (0 when there is none).
+fn wal_len(db: &Path) -> u64 {
+    let mut wal = db.as_os_str().to_owned();
+    wal.push("-wal");
+    std::fs::metadata(wal).map_or(0, |m| m.len())
+}
+
+/// Making what is committed durable writes nothing when nothing is pending (an fsync of a file
+/// only read must work on a full disk), and commits the open group when it holds a change.
+#[test]
+fn syncing_what_is_committed_writes_only_what_the_open_group_holds() {
+    let db = TempDb::new("synccommitted");
+    let e = SqliteEngine::create(&db.0, SqliteOptions::default()).unwrap();
+    let mut tx = e.begin_write(false).unwrap();
+    tx.set_counter("x", 7).unwrap();
+    Box::new(tx).commit().unwrap();
+    e.checkpoint().unwrap();
+    assert_eq!(wal_len(&db.0), 0, "the checkpoint emptied the log");
+
+    // A grouped transaction that only reads opens a group and puts nothing in it.
+    let mut tx = e.begin_write(false).unwrap();
+    assert_eq!(tx.get_counter("x").unwrap(), 7);
+    Box::new(tx).commit().unwrap();
+    assert!(e.writer.lock().unwrap().in_group());
+    assert!(e.sync_committed().unwrap());
+    assert!(
+        !e.writer.lock().unwrap().in_group(),
+        "the empty group ended"
+    );
+    assert_eq!(
+        wal_len(&db.0),
+        0,
+        "ending a group without a change wrote to the log"
+    );
+    // A group holding a change is committed to SQLite's own files, which then hold it without
+    // the intent log, also when the engine is killed right after.
+    let mut tx = e.begin_write(false).unwrap();
+    tx.set_counter("x", 8).unwrap();
+    Box::new(tx).commit().unwrap();
+    assert!(e.sync_committed().unwrap());
+    assert!(!e.writer.lock().unwrap().in_group());
+    assert!(wal_len(&db.0) > 0);
+    e.abandon();
+    std::fs::remove_file(intent::path_for(&db.0)).unwrap();
+    let e = SqliteEngine::open(&db.0, SqliteOptions::default()).unwrap();
+    let mut tx = e.begin_write(false).unwrap();
+    assert_eq!(tx.get_counter("x").unwrap(), 8);
+    Box::new(tx).commit().unwrap();
+
+    // A durable transaction group of the layer above with no ops, nothing pending.
+    e.checkpoint().unwrap();
+    assert_eq!(wal_len(&db.0), 0);
+    let store = crate::MetaStore::new(Box::new(e));
+    store.apply_txg_numbered(5, &[], true).unwrap();
+    assert_eq!(wal_len(&db.0), 0, "an empty durable group wrote to the log");
+}
