@@ -246,6 +246,30 @@ fn fsync_of_a_directory_is_a_durability_point() {
     assert_eq!(names, ["renamed", "sub"], "names in dir after the kill");
 }
 
+/// fsync with nothing left to commit syncs the metadata's files without opening the database
+/// file beside SQLite: closing such a descriptor drops the lock SQLite holds on the file for the
+/// daemon, and another process could then open and change the metadata of a mounted pool.
+#[test]
+fn the_metadata_stays_locked_to_the_daemon_across_fsync() {
+    let mut f = Fixture::new("durable-locked");
+    std::fs::write(f.p("a"), b"written").unwrap();
+    File::open(f.p("a")).unwrap().sync_all().unwrap();
+    // Nothing pending now: these durable commits have nothing to apply.
+    File::open(f.p("a")).unwrap().sync_all().unwrap();
+    File::open(&f.mnt).unwrap().sync_all().unwrap();
+    let other = rusqlite::Connection::open(f.pool.join("meta.db")).unwrap();
+    other.busy_timeout(Duration::from_millis(200)).unwrap();
+    let read = other.query_row("SELECT count(*) FROM inodes", [], |r| r.get::<_, i64>(0));
+    assert!(
+        read.is_err(),
+        "another process read the metadata of a mounted pool: {read:?}"
+    );
+    drop(other);
+    f.remount(&[]);
+    assert_file_eq(&f.p("a"), b"written");
+    f.unmount();
+}
+
 /// `syncfs(2)` on the mount, as `sync -f` calls it; the error it returns, if any.
 fn syncfs(dir: &Path) -> std::io::Result<()> {
     let root = File::open(dir)?;

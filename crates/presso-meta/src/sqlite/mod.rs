@@ -453,16 +453,18 @@ impl MetaEngine for SqliteEngine {
         // are synced.
         let writer = self.commit_open_group()?;
         if self.sync != Synchronous::Full {
-            // Every commit is now in the write-ahead log or, checkpointed, in the database
-            // file: syncing both, and the directory naming them, is what a commit with
-            // synchronous=FULL adds, and it writes nothing.
+            // Every commit is now in the write-ahead log, or in the database file through a
+            // checkpoint, which SQLite syncs at its end (synchronous=NORMAL does). Syncing the
+            // log, and the directory naming it, is what a commit with synchronous=FULL adds, and
+            // writes nothing. Never the database file: closing a descriptor of it would drop the
+            // POSIX lock SQLite holds on it for this process.
             let mut wal = self.path.clone().into_os_string();
             wal.push("-wal");
             let dir = match self.path.parent() {
                 Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
                 _ => PathBuf::from("."),
             };
-            for path in [PathBuf::from(wal), self.path.clone(), dir] {
+            for path in [PathBuf::from(wal), dir] {
                 match std::fs::File::open(&path).and_then(|f| f.sync_all()) {
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                     Err(e) => {
