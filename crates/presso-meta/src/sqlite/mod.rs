@@ -229,6 +229,9 @@ pub struct SqliteEngine {
     readers: Readers,
     /// Whether the write connection holds an open group (see [`Groups::flag`]).
     group_open: Arc<AtomicBool>,
+    /// Whether the directory was synced since the write-ahead log exists, so that its name
+    /// survives a power loss (see [`MetaEngine::sync_committed`]); the log stays until close.
+    log_named: AtomicBool,
 }
 
 impl std::fmt::Debug for SqliteEngine {
@@ -323,6 +326,7 @@ impl SqliteEngine {
         Ok(SqliteEngine {
             sync: opts.synchronous,
             group_open,
+            log_named: AtomicBool::new(false),
             writer: Mutex::new(Writer {
                 conn,
                 sync_now: opts.synchronous,
@@ -455,22 +459,29 @@ impl MetaEngine for SqliteEngine {
         if self.sync != Synchronous::Full {
             // Every commit is now in the write-ahead log, or in the database file through a
             // checkpoint, which SQLite syncs at its end (synchronous=NORMAL does). Syncing the
-            // log, and the directory naming it, is what a commit with synchronous=FULL adds, and
-            // writes nothing. Never the database file: closing a descriptor of it would drop the
-            // POSIX lock SQLite holds on it for this process.
+            // log, and once the directory naming it, is what a commit with synchronous=FULL adds,
+            // and writes nothing. Never the database file: closing a descriptor of it would drop
+            // the POSIX lock SQLite holds on it for this process.
             let mut wal = self.path.clone().into_os_string();
             wal.push("-wal");
-            let dir = match self.path.parent() {
-                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-                _ => PathBuf::from("."),
+            let wal = PathBuf::from(wal);
+            let synced = |path: &Path, data_only: bool| {
+                std::fs::File::open(path)
+                    .and_then(|f| match data_only {
+                        true => f.sync_data(),
+                        false => f.sync_all(),
+                    })
+                    .map_err(|e| MetaError::Io(format!("syncing {}: {e}", path.display())))
             };
-            for path in [PathBuf::from(wal), dir] {
-                match std::fs::File::open(&path).and_then(|f| f.sync_all()) {
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => {
-                        return Err(MetaError::Io(format!("syncing {}: {e}", path.display())))
-                    }
-                    Ok(()) => {}
+            if wal.exists() {
+                synced(&wal, true)?;
+                if !self.log_named.load(Ordering::Relaxed) {
+                    let dir = match self.path.parent() {
+                        Some(p) if !p.as_os_str().is_empty() => p,
+                        _ => Path::new("."),
+                    };
+                    synced(dir, false)?;
+                    self.log_named.store(true, Ordering::Relaxed);
                 }
             }
         }
