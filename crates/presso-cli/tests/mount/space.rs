@@ -231,10 +231,10 @@ fn take_all_space(path: &std::path::Path) -> File {
 /// A pool whose disk another program filled while it was unmounted, as ext4 would be: its
 /// files read whole, `fsync` of a file or directory only read succeeds (it failed with ENOSPC:
 /// the empty durable commit wrote a counter, and a group opened by a transaction the full disk
-/// undid wrote its number) and the unmount is clean. The mount itself either works or says the
-/// disk is full and what to do, never that the metadata is damaged and needs `presso recover`
-/// (ext4 can keep the blocks of a file just deleted from new writes for a moment). Once there is
-/// room the pool mounts with every file whole.
+/// undid wrote its number) and the unmount is clean. The mount itself either works or, if
+/// opening the metadata needs room the disk lacks, says the disk is full and what to do, never
+/// that the metadata is damaged and needs `presso recover`. Once there is room the pool mounts
+/// with every file whole.
 #[test]
 fn a_pool_on_a_disk_filled_while_unmounted_reads_syncs_and_unmounts() {
     let (_scratch, disk, mut f) = pool_on_small_disk("fullmount", 128, "compression=off");
