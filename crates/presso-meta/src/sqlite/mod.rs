@@ -462,26 +462,25 @@ impl MetaEngine for SqliteEngine {
             // log, and once the directory naming it, is what a commit with synchronous=FULL adds,
             // and writes nothing. Never the database file: closing a descriptor of it would drop
             // the POSIX lock SQLite holds on it for this process.
-            let mut wal = self.path.clone().into_os_string();
-            wal.push("-wal");
-            let wal = PathBuf::from(wal);
-            let synced = |path: &Path, data_only: bool| {
-                std::fs::File::open(path)
-                    .and_then(|f| match data_only {
-                        true => f.sync_data(),
-                        false => f.sync_all(),
-                    })
-                    .map_err(|e| MetaError::Io(format!("syncing {}: {e}", path.display())))
+            let wal = wal_path(&self.path);
+            let failed = |path: &Path| {
+                let path = path.display().to_string();
+                move |e: std::io::Error| MetaError::Io(format!("syncing {path}: {e}"))
             };
-            if wal.exists() {
-                synced(&wal, true)?;
-                if !self.log_named.load(Ordering::Relaxed) {
-                    let dir = match self.path.parent() {
-                        Some(p) if !p.as_os_str().is_empty() => p,
-                        _ => Path::new("."),
-                    };
-                    synced(dir, false)?;
-                    self.log_named.store(true, Ordering::Relaxed);
+            match std::fs::File::open(&wal) {
+                // No log: every commit is in the database file, synced by its checkpoint.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                file => {
+                    file.and_then(|f| f.sync_data()).map_err(failed(&wal))?;
+                    if !self.log_named.load(Ordering::Relaxed) {
+                        let dir = match self.path.parent() {
+                            Some(p) if !p.as_os_str().is_empty() => p,
+                            _ => Path::new("."),
+                        };
+                        let synced = std::fs::File::open(dir).and_then(|d| d.sync_all());
+                        synced.map_err(failed(dir))?;
+                        self.log_named.store(true, Ordering::Relaxed);
+                    }
                 }
             }
         }
@@ -555,6 +554,13 @@ impl Drop for SqliteEngine {
             }
         }
     }
+}
+
+/// SQLite's write-ahead log of the database at `db`.
+fn wal_path(db: &Path) -> PathBuf {
+    let mut p = db.as_os_str().to_owned();
+    p.push("-wal");
+    PathBuf::from(p)
 }
 
 /// Removes the intent log of the database at `db` (only once everything in it is committed).

@@ -332,9 +332,7 @@ fn a_refused_open_keeps_the_log_and_the_file() {
 
 /// The write-ahead log's length in bytes (0 when there is none).
 fn wal_len(db: &Path) -> u64 {
-    let mut wal = db.as_os_str().to_owned();
-    wal.push("-wal");
-    std::fs::metadata(wal).map_or(0, |m| m.len())
+    std::fs::metadata(wal_path(db)).map_or(0, |m| m.len())
 }
 
 /// Making what is committed durable writes nothing when nothing is pending (an fsync of a file
