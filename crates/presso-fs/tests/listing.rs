@@ -1,6 +1,7 @@
 //! Directory listings through handles, as the FUSE adapter serves READDIR and READDIRPLUS:
 //! replies that fill up part way and resume from a cookie, entries removed between replies,
-//! and the attributes a READDIRPLUS carries (those a stat would give, unsaved writes included).
+//! and the attributes a READDIRPLUS carries (those a stat would give, unsaved writes included;
+//! none for `.` and `..`, whose attributes the kernel ignores).
 
 mod sim;
 
@@ -16,14 +17,18 @@ fn mounted() -> (Arc<Vfs>, MemoryEngine) {
     (vfs, meta)
 }
 
+/// One entry of a READDIRPLUS listing: its name, inode, kind and attributes.
+type Listed = (Vec<u8>, u64, FileKind, Option<Attr>);
+
 /// A listing with replies of `per_reply` entries, each resumed from the last cookie taken;
-/// `between` runs after each reply with everything listed so far.
+/// `between` runs after each reply with everything listed so far. Every entry but `.` and `..`
+/// comes with attributes of its own inode and kind.
 fn list_plus(
     vfs: &Vfs,
     dir: u64,
     per_reply: usize,
-    mut between: impl FnMut(&[(Vec<u8>, Attr)]),
-) -> Vec<(Vec<u8>, Attr)> {
+    mut between: impl FnMut(&[Listed]),
+) -> Vec<Listed> {
     let fh = vfs.opendir();
     let (mut got, mut offset) = (Vec::new(), 0);
     loop {
@@ -34,9 +39,13 @@ fn list_plus(
             }
             taken += 1;
             offset = cookie;
-            let attr = attr.expect("every entry has attributes").clone();
-            assert_eq!((ino, kind), (attr.ino, attr.kind));
-            got.push((name.to_vec(), attr));
+            let dot = name == b"." || name == b"..";
+            match attr {
+                Some(attr) => assert_eq!((ino, kind), (attr.ino, attr.kind)),
+                None => assert!(dot, "{:?} has no attributes", String::from_utf8_lossy(name)),
+            }
+            assert!(!dot || attr.is_none(), "`.` and `..` carry attributes");
+            got.push((name.to_vec(), ino, kind, attr.cloned()));
             false
         })
         .expect("readdirplus");
@@ -72,29 +81,36 @@ fn readdirplus_gives_what_stat_gives_across_replies() {
     vfs.write(written, 0, &[7u8; 5000]).unwrap();
 
     let listed = list_plus(&vfs, d, 3, |_| {});
-    let listed_names: Vec<_> = listed.iter().map(|(n, _)| n.clone()).collect();
+    let listed_names: Vec<_> = listed.iter().map(|(n, ..)| n.clone()).collect();
     let mut expected = vec![b".".to_vec(), b"..".to_vec()];
     // In the order they were made.
     expected.extend(names);
     assert_eq!(listed_names, expected);
-    assert_eq!(listed[0].1, vfs.getattr(d).unwrap(), "`.` is the directory");
     assert_eq!(
-        listed[1].1,
-        vfs.getattr(ROOT_INO).unwrap(),
+        (listed[0].1, listed[0].2),
+        (d, FileKind::Dir),
+        "`.` is the directory"
+    );
+    assert_eq!(
+        (listed[1].1, listed[1].2),
+        (ROOT_INO, FileKind::Dir),
         "`..` its parent"
     );
-    for (name, attr) in &listed[2..] {
+    for (name, _, _, attr) in &listed[2..] {
         assert_eq!(
             *attr,
-            vfs.lookup(d, name).unwrap(),
+            Some(vfs.lookup(d, name).unwrap()),
             "{:?}",
             String::from_utf8_lossy(name)
         );
     }
-    let f03 = &listed.iter().find(|(n, _)| n == b"f03").unwrap().1;
+    let attr_of = |name: &[u8]| {
+        let (.., attr) = listed.iter().find(|(n, ..)| n == name).unwrap();
+        attr.clone().unwrap()
+    };
+    let f03 = attr_of(b"f03");
     assert_eq!((f03.ino, f03.size), (written, 5000));
-    let sub = &listed.iter().find(|(n, _)| n == b"sub").unwrap().1;
-    assert_eq!(sub.kind, FileKind::Dir);
+    assert_eq!(attr_of(b"sub").kind, FileKind::Dir);
 
     // The plain listing names the same entries, inodes and kinds.
     let fh_dir = vfs.opendir();
@@ -107,7 +123,7 @@ fn readdirplus_gives_what_stat_gives_across_replies() {
     vfs.releasedir(fh_dir);
     let plus: Vec<_> = listed
         .iter()
-        .map(|(n, a)| (n.clone(), a.ino, a.kind))
+        .map(|(n, ino, kind, _)| (n.clone(), *ino, *kind))
         .collect();
     assert_eq!(plain, plus);
     vfs.release(written, fh).unwrap();
@@ -124,7 +140,7 @@ fn entries_removed_between_replies_shift_nothing() {
     // A program that removes what it has listed after each reply (as `rm -r` does).
     let mut removed = 0;
     let listed = list_plus(&vfs, ROOT_INO, 4, |so_far| {
-        for (name, _) in &so_far[2 + removed..] {
+        for (name, ..) in &so_far[2 + removed..] {
             vfs.unlink(ROOT_INO, name).unwrap();
             removed += 1;
         }
@@ -132,7 +148,7 @@ fn entries_removed_between_replies_shift_nothing() {
     let names: Vec<_> = listed
         .iter()
         .skip(2)
-        .map(|(n, _)| String::from_utf8(n.clone()).unwrap())
+        .map(|(n, ..)| String::from_utf8(n.clone()).unwrap())
         .collect();
     assert_eq!(names, expected, "every entry listed once, none skipped");
     assert_eq!(removed, 30);
@@ -184,7 +200,7 @@ fn a_large_directory_lists_whole_in_small_and_changing_replies() {
         let names: Vec<_> = list_plus(&vfs, ROOT_INO, per_reply, |_| {})
             .into_iter()
             .skip(2)
-            .map(|(n, _)| n)
+            .map(|(n, ..)| n)
             .collect();
         assert_eq!(names, expected, "READDIRPLUS, {per_reply} entries a reply");
     }

@@ -335,6 +335,52 @@ fn a_listing_shows_every_change_made_since_the_last() {
     }
 }
 
+/// A listing carries no attributes for `.` and `..` (the kernel ignores them): their inode
+/// numbers are still the directory's and its parent's, and a stat through them still gives the
+/// directories' own attributes, however often the directories were listed.
+#[test]
+fn dot_and_dot_dot_list_as_the_directory_and_its_parent() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = Fixture::new("dots");
+    std::fs::create_dir_all(f.p("a/b")).unwrap();
+    std::fs::set_permissions(f.p("a"), std::fs::Permissions::from_mode(0o710)).unwrap();
+    std::fs::set_permissions(f.p("a/b"), std::fs::Permissions::from_mode(0o750)).unwrap();
+    let ino = |p: &str| std::fs::metadata(f.p(p)).unwrap().ino();
+    for _ in 0..2 {
+        let listed = dot_entries(&f.p("a/b"));
+        assert_eq!(listed, [(".".into(), ino("a/b")), ("..".into(), ino("a"))]);
+        let mode = |p: &str| std::fs::metadata(f.p(p)).unwrap().mode() & 0o7777;
+        assert_eq!((mode("a/b/."), mode("a/b/..")), (0o750, 0o710));
+        assert_eq!(ino("a/b/.."), ino("a"));
+    }
+}
+
+/// The `.` and `..` entries of a listing of `dir`, with the inode numbers it gives them.
+fn dot_entries(dir: &Path) -> Vec<(String, u64)> {
+    let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path; the stream is read until its end and closed once,
+    // and each entry is read before the next call to readdir.
+    unsafe {
+        let stream = libc::opendir(path.as_ptr());
+        assert!(!stream.is_null(), "{}", std::io::Error::last_os_error());
+        let mut dots = Vec::new();
+        loop {
+            let entry = libc::readdir64(stream);
+            if entry.is_null() {
+                break;
+            }
+            let name = std::ffi::CStr::from_ptr((*entry).d_name.as_ptr())
+                .to_string_lossy()
+                .into_owned();
+            if name == "." || name == ".." {
+                dots.push((name, (*entry).d_ino));
+            }
+        }
+        libc::closedir(stream);
+        dots
+    }
+}
+
 /// The kernel keeps a symlink's target once read; a name that comes to hold another link must
 /// read as that one.
 #[test]

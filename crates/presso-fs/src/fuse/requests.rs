@@ -306,6 +306,7 @@ impl PressoFs {
             self.vfs
                 .readdir_plus_from(ino, fh, offset, |ino, k, a, cookie, name| match a {
                     Some(a) => reply.add(cookie, name, ttl, a),
+                    // `.` and `..` (the kernel ignores their attributes), or a damaged name.
                     // Valid for no time: the name is listed, and any use of it asks the daemon
                     // again (and fails, as a lookup of a damaged name does). Node 0 would hide the
                     // name: the kernel lists entries under their node.

@@ -85,8 +85,10 @@ impl Vfs {
 
     /// [`Vfs::readdir_from`] with each entry's attributes (as [`Vfs::getattr`] gives them), so
     /// the kernel needs no lookup for the names it lists: `add(ino, kind, attributes, cookie,
-    /// name)`. `.` and `..` carry their own. A name whose inode the metadata lacks (damage)
-    /// comes without attributes rather than failing the listing of its neighbours.
+    /// name)`. `.` and `..` come without attributes: the kernel ignores theirs (it never makes
+    /// an entry for either from a listing), so reading them cost two metadata reads per
+    /// directory for nothing. A name whose inode the metadata lacks (damage) also comes without
+    /// attributes rather than failing the listing of its neighbours.
     pub fn readdir_plus_from(
         &self,
         ino: u64,
@@ -98,7 +100,7 @@ impl Vfs {
             ino,
             fh,
             offset,
-            |dir| Ok((dir, FileKind::Dir, Some(self.getattr(dir)?))),
+            |dir| Ok((dir, FileKind::Dir, None)),
             |after, limit| {
                 let page = self.pool.readdir_plus(ino, after, limit)?;
                 Ok(page
