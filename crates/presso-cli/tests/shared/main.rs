@@ -62,13 +62,14 @@ struct SharedPool {
 
 impl SharedPool {
     fn create(tag: &str, props: &[&str]) -> SharedPool {
+        Self::create_through(tag, props, &S3::shared().endpoint())
+    }
+
+    /// [`SharedPool::create`] with the object store reached at `endpoint` (a proxy of it).
+    fn create_through(tag: &str, props: &[&str], endpoint: &str) -> SharedPool {
         require_fuse();
         let meta_url = Postgres::shared().url(&Postgres::fresh_schema(tag));
-        let data = format!(
-            "{}?endpoint={}",
-            S3::fresh_url(tag),
-            S3::shared().endpoint()
-        );
+        let data = format!("{}?endpoint={endpoint}", S3::fresh_url(tag));
         let dir = scratch_dir(tag);
         let mut c = presso_s3();
         c.args(["create", "--meta", &meta_url, "--data", &data]);
@@ -392,6 +393,42 @@ fn a_killed_client_loses_nothing_it_synced_and_the_others_clean_up_after_it() {
     let status = exec(presso().args(["status", "--json"]).arg(&c.mnt)).ok();
     assert!(status.contains("\"mountpoint\""), "{status}");
     assert_bytes_eq(&read(&c.p("synced")), &synced, "a's fsync'd file on c");
+}
+
+/// An object store that fails every request for longer than the client's server timeout:
+/// fsync fails with EIO, and the client's log shows the retries it made while it waited (the
+/// client was silent for the whole timeout before, which looked like a hang).
+#[test]
+fn a_failing_object_store_shows_its_retries_in_the_log_and_fsync_fails() {
+    use presso_objects::fault_proxy::{Fault, FaultProxy};
+    use std::io::Write;
+    let proxy = FaultProxy::start(&S3::shared().address()).unwrap();
+    let pool = SharedPool::create_through("retries", &[], &proxy.endpoint());
+    let a = pool.mount_with("a", &["server_timeout=3"]);
+    std::fs::write(a.p("kept"), b"written while the store was up").unwrap();
+    std::fs::File::open(a.p("kept"))
+        .unwrap()
+        .sync_all()
+        .unwrap();
+    let log = pool.cache().join("presso.log");
+    let before = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(!before.contains("presso: object store: "), "{before}");
+
+    proxy.always(Some(Fault::Status(503)));
+    let mut f = std::fs::File::create(a.p("lost")).unwrap();
+    f.write_all(&text_like(3, 200_000)).unwrap();
+    let error = f.sync_all().expect_err("fsync while the store fails");
+    assert_eq!(error.raw_os_error(), Some(libc::EIO), "{error}");
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged
+            .lines()
+            .any(|l| l.starts_with("presso: object store: ") && l.contains("503")),
+        "{logged}"
+    );
+    assert!(proxy.faults() > 1, "the request was not retried");
+    proxy.always(None);
+    drop(f);
 }
 
 /// `fcntl` on `file`: `cmd` (F_SETLK, F_SETLKW, F_GETLK) with a lock of type `typ` on

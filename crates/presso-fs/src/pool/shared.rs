@@ -304,6 +304,10 @@ fn postgres_options(place: &ClientPlace) -> PostgresOptions {
 }
 
 fn objects_at(location: &str, place: &ClientPlace) -> Result<Arc<Objects>> {
+    // Every way to a pool's object store passes here: from now on this process shows the
+    // client's retries (on a command's terminal, in a daemon's log), so a store that fails for
+    // the whole server timeout is seen doing so.
+    presso_objects::retries::show_retries();
     let (url, mut opts) = presso_objects::locate(location)?;
     opts.credentials = place.credentials.clone();
     opts.retry_timeout = place.server_timeout;
