@@ -40,6 +40,7 @@ pub mod pool;
 pub mod props;
 pub mod reclaim;
 pub mod recover;
+pub mod retries;
 pub mod status;
 pub mod units;
 pub mod vfs;

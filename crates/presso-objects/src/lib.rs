@@ -8,8 +8,8 @@
 //! a listing under the pool's prefix, a delete. Every request is retried with exponential
 //! backoff on timeouts, connection failures and server errors (5xx, 429), each attempt bounded
 //! by a timeout, the whole operation by [`ObjectOptions::retry_timeout`]; what still fails is an
-//! [`ObjectError`] that says what to do. [`retries::show_retries`] shows the retries as they
-//! happen.
+//! [`ObjectError`] that says what to do. `object_store` reports each retry as a `tracing` event
+//! (target `object_store`), which the file-system layer shows.
 //!
 //! Why `object_store`: it is the S3 client of the Rust data ecosystem (DataFusion, Delta Lake,
 //! InfluxDB), speaks plain S3 to any compatible server (path-style requests to a custom
@@ -29,7 +29,6 @@ use object_store::{
     WriteMultipart,
 };
 
-pub mod retries;
 pub mod segments;
 
 #[cfg(feature = "test-server")]

@@ -304,10 +304,6 @@ fn postgres_options(place: &ClientPlace) -> PostgresOptions {
 }
 
 fn objects_at(location: &str, place: &ClientPlace) -> Result<Arc<Objects>> {
-    // Every way to a pool's object store passes here: from now on this process shows the
-    // client's retries (on a command's terminal, in a daemon's log), so a store that fails for
-    // the whole server timeout is seen doing so.
-    presso_objects::retries::show_retries();
     let (url, mut opts) = presso_objects::locate(location)?;
     opts.credentials = place.credentials.clone();
     opts.retry_timeout = place.server_timeout;
@@ -318,13 +314,15 @@ impl Pool {
     /// Creates a shared pool: its metadata in a new schema of the PostgreSQL database at
     /// `meta_url` (`postgres://…?schema=NAME`), its segments under `data` in an object store
     /// (`s3://BUCKET/PREFIX?endpoint=…`, which must hold no pool yet), with properties as for
-    /// [`Pool::create`]. The creator is the pool's first client.
+    /// [`Pool::create`]. The creator is the pool's first client. From here on the process shows
+    /// the servers' retries ([`crate::retries`]), as it does from [`Pool::open_shared`].
     pub fn create_shared(
         meta_url: &str,
         data: &str,
         place: &ClientPlace,
         properties: &[(String, String)],
     ) -> Result<()> {
+        crate::retries::show_server_retries();
         let properties = super::normalized(properties)?;
         let target = PostgresTarget::from_url(meta_url)?;
         let objects = objects_at(data, place)?;
@@ -356,12 +354,13 @@ impl Pool {
     }
 
     /// Mounts a shared pool as a new client: its metadata at `meta_url`, its segments where the
-    /// metadata says.
+    /// metadata says. From here on the process shows the servers' retries ([`crate::retries`]).
     pub fn open_shared(
         meta_url: &str,
         place: &ClientPlace,
         options: PoolOptions,
     ) -> Result<(Arc<Pool>, OpenReport)> {
+        crate::retries::show_server_retries();
         let target = PostgresTarget::from_url(meta_url)?;
         let meta = MetaStore::open_postgres(&target, &postgres_options(place))?;
         let data = meta.data_location()?.ok_or_else(|| {

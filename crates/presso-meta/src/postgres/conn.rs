@@ -204,6 +204,11 @@ impl Pool {
                         if now + pause >= deadline {
                             return Err(e);
                         }
+                        // Shown (at most every few seconds) by the layer that presents retries.
+                        tracing::warn!(
+                            "{e}; trying again, for {:.0} s more at most",
+                            deadline.saturating_duration_since(now).as_secs_f64().ceil()
+                        );
                         // The server is down or restarting: an outage, not a wait for a
                         // condition this process could be told of.
                         std::thread::sleep(pause);
