@@ -1,9 +1,10 @@
 //! `presso mount`: serves a pool at a mount point, in the background unless `-f`. The same code
 //! runs as the mount helper (`mount -t fuse.presso POOL DIR`, /etc/fstab).
 
-use std::io::{Read, Write};
+use std::io::{BufRead, Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -322,8 +323,13 @@ pub fn run_helper(argv: &[String]) -> Result<()> {
     })
 }
 
+/// What the daemon writes to the parent before its answer, line by line: a retry of a shared
+/// pool's server (the parent shows it at once), then `ok` or `error: MESSAGE`.
+const RETRY_LINE: &str = "retry ";
+
 /// Forks; the child becomes the daemon and tells the parent through a pipe whether the mount
-/// came up, so errors still reach the user's terminal.
+/// came up, so errors still reach the user's terminal, and so do the retries of a shared pool's
+/// servers while the mount waits for them.
 fn background(source: &PoolSource, mountpoint: &Path, config: MountConfig) -> Result<()> {
     let (pool, log_dir) = describe(source);
     let mut fds = [0; 2];
@@ -344,10 +350,7 @@ fn background(source: &PoolSource, mountpoint: &Path, config: MountConfig) -> Re
         }
         _ => {
             drop(write_end);
-            let mut answer = String::new();
-            std::fs::File::from(read_end)
-                .read_to_string(&mut answer)
-                .context("cannot hear from the daemon")?;
+            let answer = hear_daemon(std::fs::File::from(read_end))?;
             match answer.strip_prefix("ok") {
                 Some(_) => {
                     println!("mounted {pool} on {}", mountpoint.display());
@@ -360,6 +363,33 @@ fn background(source: &PoolSource, mountpoint: &Path, config: MountConfig) -> Re
                     )
                 }
                 None => bail!("{}", answer.trim_start_matches("error: ").trim()),
+            }
+        }
+    }
+}
+
+/// Reads the daemon's report ([`RETRY_LINE`]s, shown on standard error as they come, then its
+/// answer) until the daemon closes the pipe; the answer.
+fn hear_daemon(pipe: std::fs::File) -> Result<String> {
+    let mut lines = std::io::BufReader::new(pipe);
+    let mut answer = String::new();
+    loop {
+        let mut line = String::new();
+        if lines
+            .read_line(&mut line)
+            .context("cannot hear from the daemon")?
+            == 0
+        {
+            return Ok(answer);
+        }
+        match line.strip_prefix(RETRY_LINE) {
+            Some(retry) if answer.is_empty() => eprint!("{retry}"),
+            _ => {
+                answer.push_str(&line);
+                lines
+                    .read_to_string(&mut answer)
+                    .context("cannot hear from the daemon")?;
+                return Ok(answer);
             }
         }
     }
@@ -391,9 +421,19 @@ fn child(
             libc::dup2(log.as_raw_fd(), 2);
         }
     }
-    let mut report = Some(std::fs::File::from(report));
+    // The pipe to the parent, until the mount is answered: retries of the servers go to it
+    // too, so that the user waiting for the mount sees them.
+    let report = Arc::new(Mutex::new(Some(std::fs::File::from(report))));
+    let relay = report.clone();
+    presso_fs::retries::show_server_retries_to(move |line| {
+        presso_fs::log!("{line}");
+        if let Some(f) = relay.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            let _ = writeln!(f, "{RETRY_LINE}{line}");
+        }
+    });
     let result = daemon::serve(source, mountpoint, config, |r| {
-        if let Some(mut f) = report.take() {
+        let taken = report.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(mut f) = taken {
             let _ = match r {
                 Ok(()) => f.write_all(b"ok"),
                 Err(e) => f.write_all(format!("error: {e}").as_bytes()),

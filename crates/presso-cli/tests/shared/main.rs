@@ -431,8 +431,9 @@ fn a_failing_object_store_shows_its_retries_in_the_log_and_fsync_fails() {
     drop(f);
 }
 
-/// A mount whose PostgreSQL server refuses connections says so while it tries again, then fails
-/// once its server timeout has passed, naming the server; nothing is mounted.
+/// A mount whose PostgreSQL server refuses connections says so on the terminal while it tries
+/// again, in the foreground or not, then fails once its server timeout has passed, naming the
+/// server; nothing is mounted.
 #[test]
 fn a_mount_tells_of_a_metadata_server_it_cannot_reach_then_fails() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -448,30 +449,34 @@ fn a_mount_tells_of_a_metadata_server_it_cannot_reach_then_fails() {
         "cache_dir={},server_timeout=3",
         dir.path().join("cache").display()
     );
-    let out = exec(
-        presso_s3()
-            .args(["mount", "-f", &url])
-            .arg(&mnt)
-            .args(["-o", &options]),
-    );
-    assert!(!out.status.success());
-    assert!(!is_mounted(&mnt));
-    let lines: Vec<&str> = out.stderr.lines().collect();
-    assert!(
-        lines[0].starts_with("presso: metadata server: ")
-            && lines[0].contains(&format!("port {port}"))
-            && lines[0].contains("trying again"),
-        "{}",
-        out.stderr
-    );
-    assert!(
-        lines
-            .last()
-            .unwrap()
-            .contains("cannot reach the PostgreSQL server"),
-        "{}",
-        out.stderr
-    );
+    for foreground in [true, false] {
+        let out = exec(
+            presso_s3()
+                .arg("mount")
+                .args(foreground.then_some("-f"))
+                .arg(&url)
+                .arg(&mnt)
+                .args(["-o", &options]),
+        );
+        assert!(!out.status.success());
+        assert!(!is_mounted(&mnt));
+        let lines: Vec<&str> = out.stderr.lines().collect();
+        assert!(
+            lines[0].starts_with("presso: metadata server: ")
+                && lines[0].contains(&format!("port {port}"))
+                && lines[0].contains("trying again"),
+            "foreground: {foreground}\n{}",
+            out.stderr
+        );
+        assert!(
+            lines
+                .last()
+                .unwrap()
+                .contains("cannot reach the PostgreSQL server"),
+            "foreground: {foreground}\n{}",
+            out.stderr
+        );
+    }
 }
 
 /// `fcntl` on `file`: `cmd` (F_SETLK, F_SETLKW, F_GETLK) with a lock of type `typ` on
