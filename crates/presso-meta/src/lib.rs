@@ -99,6 +99,7 @@ pub use engine::{
 };
 pub use error::{MetaError, Result};
 pub use locks::{ByteLock, LockKind, LockOwner};
+pub use namespace::INO_LIMIT;
 pub use sqlite::{SqliteOptions, Synchronous, SCHEMA_VERSION};
 pub use types::{
     Attr, DirEntry, EffectiveProp, LinkFate, ListAfter, NewNode, SetAttr, SpaceUsage, TxgOp,

@@ -40,9 +40,11 @@ pub(crate) fn dir(tx: &mut dyn Txn, ino: u64) -> Result<InodeRow> {
     Ok(row)
 }
 
-/// Inode numbers stay below this, so that engines storing them as signed 64-bit integers keep
-/// their order.
-const INO_LIMIT: u64 = i64::MAX as u64;
+/// Inode numbers the metadata hands out stay below this: 2^43, some nine trillion creates (ext4
+/// has 2^32 inodes at most). So engines storing them as signed 64-bit integers keep their
+/// order, and a directory listing's cookie carries one with 20 bits to tell names apart in the
+/// 63 bits the kernel's offsets have.
+pub const INO_LIMIT: u64 = 1 << 43;
 
 /// The entry a listing gives for directory entry `d` called `name`.
 fn listed(name: Vec<u8>, d: Dentry) -> DirEntry {

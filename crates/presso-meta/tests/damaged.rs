@@ -126,9 +126,16 @@ fn next_inode_counter_naming_an_inode_in_use_is_corrupt() {
 
 #[test]
 fn next_inode_counter_out_of_range_is_corrupt() {
-    // Inode numbers are kept below i64::MAX so that SQLite keeps their order; u64::MAX would
-    // overflow the counter itself.
-    for value in [i64::MAX as u64, i64::MAX as u64 + 1, u64::MAX - 1, u64::MAX] {
+    // Inode numbers are kept below 2^43 (presso_meta::INO_LIMIT), so that SQLite keeps their
+    // order and listing cookies carry them; u64::MAX would overflow the counter itself.
+    let limit = presso_meta::INO_LIMIT;
+    for value in [
+        limit,
+        limit + 1,
+        i64::MAX as u64,
+        i64::MAX as u64 + 1,
+        u64::MAX,
+    ] {
         on_each_engine(
             |e| set_next_inode(e, value),
             |engine, store| assert_create_refused(engine, &store, &format!("next_inode={value}")),

@@ -177,18 +177,6 @@ impl PressoFs {
         }
     }
 
-    /// [`PressoFs::file_cache`] for a directory: the kernel may also keep its listing and serve
-    /// the next one from memory; it drops the listing when it changes the directory. Where it
-    /// kept only part of one, it asks for the rest with the cookie of the entry it has last,
-    /// which any handle resumes from ([`Vfs::readdir_from`]).
-    fn listing_cache(&self) -> FopenFlags {
-        if self.shared() {
-            FopenFlags::empty()
-        } else {
-            self.file_cache() | FopenFlags::FOPEN_CACHE_DIR
-        }
-    }
-
     fn spawn(&self, task: impl FnOnce(Arc<Vfs>) + Send + 'static) {
         let vfs = self.vfs.clone();
         let _ = self.tasks.send(Box::new(move || task(vfs)));

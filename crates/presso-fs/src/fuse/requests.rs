@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fuser::Errno;
+use fuser::{Errno, FopenFlags};
 use presso_meta::{FileKind, NewNode, SetAttr, Timespec};
 
 use super::convert::{
@@ -279,8 +279,17 @@ impl PressoFs {
         self.spawn(move |vfs| empty(reply, vfs.fsync_dir()));
     }
 
+    /// A shared pool's directories get handles and listings the kernel does not keep (other
+    /// clients change them unseen). A pool of its own answers ENOSYS: the kernel then opens
+    /// directories itself, sends no OPENDIR or RELEASEDIR again (two round trips fewer per
+    /// directory read), lists through no handle ([`Vfs::readdir_from`] goes on from the cookie
+    /// alone), and keeps listings, dropping one when it changes the directory.
     pub(super) fn opendir(&self, reply: impl OpenReply) {
-        reply.opened(self.vfs.opendir(), self.listing_cache());
+        if self.shared() {
+            reply.opened(self.vfs.opendir(), FopenFlags::empty());
+        } else {
+            reply.error(Errno::ENOSYS);
+        }
     }
 
     pub(super) fn releasedir(&self, fh: u64, reply: impl EmptyReply) {

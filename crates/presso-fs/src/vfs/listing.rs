@@ -12,10 +12,11 @@ const PAGE: usize = 512;
 /// `max_pages` at a time (128 KiB here, some 800 such entries); the pages then double.
 const FIRST_PAGE: usize = 32;
 
-/// Where the listing of one open directory stands. Its cookies need no table: each entry's is
-/// the inode number it names plus one (see [`cookie_of`]), which says where it sits in the
-/// directory's listing order, so any handle can resume from a cookie any other handle handed
-/// out (the kernel does, when it keeps a listing and drops part of it).
+/// Where the listing of one open directory stands. Its cookies need no table: each says where
+/// its entry sits in the directory's listing order ([`Vfs::cookie_of`]), so a listing resumes
+/// from a cookie through any handle, or none: the kernel resumes a listing it kept and dropped
+/// part of through another handle, and opens the directories of a pool of its own itself,
+/// without handles (`PressoFs::opendir`).
 #[derive(Default)]
 pub(super) struct DirListing {
     /// The cookie, inode and name of the last entry handed out: resuming from that cookie
@@ -54,12 +55,12 @@ impl Vfs {
         self.listings.lock().remove(&fh);
     }
 
-    /// Lists directory `ino` through handle `fh` from `offset` (0 = the start, a new pass),
-    /// calling `add(ino, cookie, kind, name)` for each entry until it returns `true` (the reply
-    /// is full). Cookies 1 and 2 are `.` and `..`; every other is the inode number the entry it
-    /// resumes after names, plus one: its place in listing order ([`ListAfter`]), so entries
+    /// Lists directory `ino` through handle `fh` (0: none) from `offset` (0 = the start, a new
+    /// pass), calling `add(ino, cookie, kind, name)` for each entry until it returns `true` (the
+    /// reply is full). Cookies 1 and 2 are `.` and `..`; every other names the entry it resumes
+    /// after by its place in listing order ([`ListAfter`], [`Vfs::cookie_of`]), so entries
     /// removed or made meanwhile shift nothing (resuming by position skipped entries when a
-    /// program unlinked entries as it read them), and any handle resumes from it.
+    /// program unlinked entries as it read them), and any handle, or none, resumes from it.
     pub fn readdir_from(
         &self,
         ino: u64,
@@ -123,6 +124,7 @@ impl Vfs {
     /// only at the directory's end), `add` takes each until the reply is full. The handle's
     /// state is taken out of the map while listing, so listings of other handles, and metadata
     /// reads, never wait on each other (the kernel sends one request at a time per handle).
+    /// Handle 0 has no state: every listing through it goes on from its cookie alone.
     pub(super) fn list_from<E>(
         &self,
         ino: u64,
@@ -132,7 +134,10 @@ impl Vfs {
         page: impl Fn(Option<ListAfter<'_>>, usize) -> Result<Vec<(u64, Vec<u8>, E)>>,
         mut add: impl FnMut(&E, u64, &[u8]) -> bool,
     ) -> Result<()> {
-        let mut listing = self.listings.lock().remove(&fh).unwrap_or_default();
+        let mut listing = match fh {
+            NO_HANDLE => DirListing::default(),
+            fh => self.listings.lock().remove(&fh).unwrap_or_default(),
+        };
         let result = (|| {
             if offset >= 2 && listing.ended_at == Some(offset) {
                 return Ok(());
@@ -155,16 +160,15 @@ impl Vfs {
             }
             // The entry (inode, name) to go on after.
             let mut after: Option<(u64, Vec<u8>)> = None;
-            // Resuming from a cookie this handle did not hand out last: the first entries of
-            // its inode, one of which the cookie was handed out for.
-            let mut from_ino = None;
+            // Resuming from a cookie this handle did not hand out last: the names of its inode,
+            // among them the one with its tag, which the cookie was handed out for.
+            let mut resume = None;
             if offset > 2 {
                 match &listing.last {
                     Some((cookie, ino, name)) if *cookie == offset => {
                         after = Some((*ino, name.clone()))
                     }
-                    // An offset past every cookie (a program's seekdir) lists nothing more.
-                    _ => from_ino = Some((offset - 1).min(LISTED_INODES.end)),
+                    _ => resume = Some(cookie_position(offset)),
                 }
             }
             // The cookie the kernel resumes from after this reply.
@@ -172,27 +176,37 @@ impl Vfs {
             let mut want = listing.first_page();
             let mut taken = 0;
             loop {
-                let position = match (&after, from_ino) {
+                let position = match (&after, resume) {
                     (Some((ino, name)), _) => Some(ListAfter::entry(*ino, name)),
-                    (None, Some(ino)) => Some(ListAfter::ino(ino)),
+                    (None, Some((ino, _))) => Some(ListAfter::ino(ino)),
                     (None, None) => None,
                 };
                 let mut batch = page(position, want)?;
                 // A page shorter than asked for is the directory's end.
-                let at_end = batch.len() < want;
+                let mut at_end = batch.len() < want;
+                if let Some((ino, _)) = resume {
+                    // The cookie's inode may have more names here than a page holds (hard
+                    // links): read on to another inode's first, so the tag is looked for in all.
+                    while !at_end && batch.last().is_some_and(|(i, _, _)| *i == ino) {
+                        let (i, name, _) = batch.last().expect("not empty");
+                        let more = page(Some(ListAfter::entry(*i, &name.clone())), PAGE)?;
+                        at_end = more.len() < PAGE;
+                        batch.extend(more);
+                    }
+                }
                 let next = batch.last().map(|(ino, name, _)| (*ino, name.clone()));
                 // A name of an inode number no build hands out (damage) has no place in
                 // listing order: its cookie would say "start again".
                 batch.retain(|(ino, _, _)| LISTED_INODES.contains(ino));
-                if let Some(ino) = from_ino.take() {
-                    skip_the_named_entry(&mut batch, ino);
+                if let Some((ino, tag)) = resume.take() {
+                    self.skip_through_tagged(&mut batch, ino, tag);
                 }
                 for (i, (entry_ino, name, entry)) in batch.iter().enumerate() {
-                    let cookie = cookie_of(*entry_ino);
+                    let cookie = self.cookie_of(*entry_ino, name);
                     if add(entry, cookie, name) {
                         // The one before it, if this page has one, is the last handed out.
                         if let Some(before) = i.checked_sub(1) {
-                            listing.last = handed_out(&batch[before]);
+                            listing.last = self.handed_out(&batch[before]);
                         }
                         listing.fits = taken;
                         return Ok(());
@@ -201,7 +215,7 @@ impl Vfs {
                     taken += 1;
                 }
                 if let Some(entry) = batch.last() {
-                    listing.last = handed_out(entry);
+                    listing.last = self.handed_out(entry);
                 }
                 if at_end {
                     listing.ended_at = Some(last);
@@ -211,37 +225,68 @@ impl Vfs {
                 want = (want * 2).min(PAGE);
             }
         })();
-        self.listings.lock().insert(fh, listing);
+        if fh != NO_HANDLE {
+            self.listings.lock().insert(fh, listing);
+        }
         result
     }
-}
 
-/// The inode numbers entries may name: above the root's, below 2^63 − 1 (the metadata hands out
-/// no other).
-const LISTED_INODES: std::ops::Range<u64> = ROOT_INO + 1..i64::MAX as u64;
-
-/// The cookie of an entry naming inode `ino` (in [`LISTED_INODES`]): where a listing goes on
-/// after it. Above 2 (`.` and `..`), and below 2^63, so it fits the kernel's signed offsets.
-fn cookie_of(ino: u64) -> u64 {
-    ino + 1
-}
-
-/// What [`DirListing::last`] keeps of `entry` once it was handed out.
-fn handed_out<E>((ino, name, _): &(u64, Vec<u8>, E)) -> Option<(u64, u64, Vec<u8>)> {
-    Some((cookie_of(*ino), *ino, name.clone()))
-}
-
-/// Drops, from a page read from the first entry of inode `ino` on, the entry a cookie of that
-/// inode was handed out for: the one entry of that inode, if it is still there. Where one
-/// directory holds several names of one inode (hard links side by side) all are kept, so a
-/// listing resumed among them through another handle may show one of them twice, but never
-/// skips one.
-fn skip_the_named_entry<E>(batch: &mut Vec<(u64, Vec<u8>, E)>, ino: u64) {
-    let same = batch
-        .iter()
-        .take_while(|(entry_ino, _, _)| *entry_ino == ino)
-        .count();
-    if same == 1 {
-        batch.remove(0);
+    /// The cookie of an entry naming inode `ino` (in [`LISTED_INODES`]) as `name`: where a
+    /// listing goes on after it. The inode number above [`NAME_BITS`] bits of a tag of the
+    /// name, so cookies follow listing order by inode and tell the names of one inode in one
+    /// directory (hard links) apart, and need no handle to resume from. At least 2^21, above
+    /// `.` and `..`'s 1 and 2; below 2^63, so they fit the kernel's signed offsets.
+    pub(super) fn cookie_of(&self, ino: u64, name: &[u8]) -> u64 {
+        (ino << NAME_BITS) | self.name_tag(name)
     }
+
+    /// [`NAME_BITS`] bits of a hash of `name` keyed at random for this mount, so that no one
+    /// can choose names whose tags collide (two names of one inode in one directory with one
+    /// tag may list twice; see [`Vfs::skip_through_tagged`]).
+    fn name_tag(&self, name: &[u8]) -> u64 {
+        use std::hash::BuildHasher;
+        self.listing_key.hash_one(name) & ((1 << NAME_BITS) - 1)
+    }
+
+    /// What [`DirListing::last`] keeps of `entry` once it was handed out.
+    fn handed_out<E>(&self, (ino, name, _): &(u64, Vec<u8>, E)) -> Option<(u64, u64, Vec<u8>)> {
+        Some((self.cookie_of(*ino, name), *ino, name.clone()))
+    }
+
+    /// Drops, from a page read from the first name of inode `ino` on, the names of that inode up
+    /// to and with the first whose tag is `tag`: the entry the cookie was handed out for, and
+    /// those listed before it. When none has that tag (the entry was removed since) they are all
+    /// kept: names of the inode listed before may show twice, none is skipped. Two names of the
+    /// inode in one directory with one tag (one in a million pairs of hard links side by side)
+    /// resume after the first of them: the second may show twice.
+    fn skip_through_tagged<E>(&self, batch: &mut Vec<(u64, Vec<u8>, E)>, ino: u64, tag: u64) {
+        let same = batch.iter().take_while(|(i, _, _)| *i == ino).count();
+        if let Some(at) = batch[..same]
+            .iter()
+            .position(|(_, name, _)| self.name_tag(name) == tag)
+        {
+            batch.drain(..=at);
+        }
+    }
+}
+
+/// The handle a listing without one comes through: the kernel opens the directories of a pool
+/// of its own itself (`PressoFs::opendir`). [`Vfs::opendir`] hands out no 0.
+const NO_HANDLE: u64 = 0;
+
+/// Bits of a cookie that tell the names of one inode in one directory apart ([`Vfs::cookie_of`]).
+const NAME_BITS: u32 = 20;
+
+/// The inode numbers entries may name, and cookies carry: above the root's, below 2^43, where
+/// the metadata's end (the metadata hands out no other).
+const LISTED_INODES: std::ops::Range<u64> = ROOT_INO + 1..1 << (63 - NAME_BITS);
+const _: () = assert!(presso_meta::INO_LIMIT <= LISTED_INODES.end);
+
+/// The inode and the tag a cookie above 2 carries. An offset past every cookie (a program's
+/// seekdir) names no inode the metadata hands out, and lists nothing more.
+fn cookie_position(cookie: u64) -> (u64, u64) {
+    (
+        (cookie >> NAME_BITS).min(LISTED_INODES.end),
+        cookie & ((1 << NAME_BITS) - 1),
+    )
 }

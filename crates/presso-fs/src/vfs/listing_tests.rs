@@ -67,9 +67,9 @@ fn ino_of(i: usize) -> u64 {
     i as u64 + 2
 }
 
-/// The cookie the listing hands out for entry `i`.
-fn cookie_of(i: usize) -> u64 {
-    ino_of(i) + 1
+/// The cookie the listing hands out for entry `i` of a directory holding `names`.
+fn cookie_of(vfs: &Vfs, names: &[Vec<u8>], i: usize) -> u64 {
+    vfs.cookie_of(ino_of(i), &names[i])
 }
 
 /// Lists a directory holding `names` (in the order made) through a new handle, from the start.
@@ -249,7 +249,7 @@ fn a_listing_goes_on_from_a_cookie_of_another_handle() {
     let vfs = vfs();
     let all = names(500);
     let first = vfs.opendir();
-    let cookies: Vec<u64> = (0..all.len()).map(cookie_of).collect();
+    let cookies: Vec<u64> = (0..all.len()).map(|i| cookie_of(&vfs, &all, i)).collect();
     for (i, cookie) in cookies.iter().enumerate().step_by(37) {
         let other = vfs.opendir();
         let rest = list_through(&vfs, other, *cookie, &all, 25);
@@ -269,7 +269,7 @@ fn a_listing_resumed_after_its_last_entry_was_removed_goes_on_with_the_next() {
     let vfs = vfs();
     let all = names(60);
     // Entry 30 removed: what the metadata lists is every other entry under its own inode.
-    let cookie = cookie_of(30);
+    let cookie = cookie_of(&vfs, &all, 30);
     let fh = vfs.opendir();
     let rest = list_through_removed(&vfs, fh, cookie, &all, 30, 25);
     assert_eq!(rest, all[31..]);
@@ -294,8 +294,9 @@ fn list_through_removed(
 
 #[test]
 fn names_of_one_inode_side_by_side_list_once_each() {
-    // Hard links in one directory share their inode, so their cookie: a handle still resumes
-    // exactly after its own last entry, even in replies of one entry.
+    // Hard links in one directory share their inode; their cookies tell them apart by a tag
+    // of the name, and a handle resumes exactly after its own last entry, even in replies of
+    // one entry.
     let vfs = vfs();
     let entries: Vec<(u64, Vec<u8>)> = [(2, "a"), (3, "b"), (3, "c"), (3, "d"), (4, "e")]
         .iter()
@@ -308,10 +309,83 @@ fn names_of_one_inode_side_by_side_list_once_each() {
         assert_eq!(listed.names, all, "{capacity}");
         vfs.releasedir(fh);
     }
-    // From another handle's cookie of the shared inode: the whole group again (one repeated,
-    // none skipped), then on to the end through this handle.
+    // From another handle's cookie of a name of the shared inode, or from none: on after that
+    // name, then to the end.
     let fh = vfs.opendir();
-    let rest = list_entries(&vfs, fh, 4, &entries, 1);
-    assert_eq!(rest.names, all[1..]);
+    for (from, name) in [(fh, "b"), (0, "b"), (fh, "c"), (0, "d")] {
+        let at = all.iter().position(|n| n == name.as_bytes()).unwrap();
+        let cookie = vfs.cookie_of(3, name.as_bytes());
+        let rest = list_entries(&vfs, from, cookie, &entries, 1);
+        assert_eq!(rest.names, all[at + 1..], "after {name} through {from}");
+    }
     vfs.releasedir(fh);
+}
+
+#[test]
+fn listings_without_a_handle_go_on_from_their_cookies_alone() {
+    // The kernel opens the directories of a pool of its own itself, and lists through handle
+    // 0: every reply comes from its cookie alone, and nothing one listing leaves behind may
+    // change another's.
+    let vfs = vfs();
+    let all = names(300);
+    for capacity in [1, 7, 25, 300] {
+        let listed = list_through(&vfs, 0, 0, &all, capacity);
+        assert_eq!(listed.names, all, "{capacity} entries a reply");
+    }
+    for i in (0..all.len()).step_by(23) {
+        let rest = list_through(&vfs, 0, cookie_of(&vfs, &all, i), &all, 25);
+        assert_eq!(rest.names, all[i + 1..], "from the cookie of entry {i}");
+    }
+    // A listing of another directory that ended at the same cookie: this one goes on.
+    let short: Vec<Vec<u8>> = all[..10].to_vec();
+    let end = cookie_of(&vfs, &all, 9);
+    assert_eq!(
+        list_through(&vfs, 0, end, &short, 25).names,
+        Vec::<Vec<u8>>::new()
+    );
+    assert_eq!(list_through(&vfs, 0, end, &all, 25).names, all[10..]);
+}
+
+#[test]
+fn many_names_of_one_inode_list_once_each_without_a_handle() {
+    // More hard links of one inode in one directory than a page of the metadata holds: a
+    // listing resumed from a cookie of one of them finds its name among them all.
+    let vfs = vfs();
+    let mut entries: Vec<(u64, Vec<u8>)> = vec![(2, b"before".to_vec())];
+    let links: Vec<Vec<u8>> = (0..1500).map(|i| format!("l{i:04}").into_bytes()).collect();
+    entries.extend(links.iter().map(|n| (3, n.clone())));
+    entries.push((4, b"after".to_vec()));
+    let all: Vec<Vec<u8>> = entries.iter().map(|(_, n)| n.clone()).collect();
+    for capacity in [9, 100, 700] {
+        let listed = list_entries(&vfs, 0, 0, &entries, capacity);
+        assert_eq!(listed.names, all, "{capacity} entries a reply");
+    }
+}
+
+#[test]
+fn names_of_one_inode_with_one_tag_list_at_least_once_and_the_listing_ends() {
+    // Two names of one inode in one directory whose tags collide (one in a million pairs):
+    // their cookies are the same, so a listing resumed from it goes on after the first. The
+    // second may show twice; nothing is skipped, and the listing ends.
+    let vfs = vfs();
+    let mut seen = std::collections::HashMap::new();
+    let (first, second) = (0u32..)
+        .map(|i| format!("n{i}").into_bytes())
+        .find_map(|name| {
+            let cookie = vfs.cookie_of(3, &name);
+            seen.insert(cookie, name.clone())
+                .map(|earlier| (earlier, name))
+        })
+        .unwrap();
+    let mut group = [first, second, b"z".to_vec()];
+    group.sort();
+    let mut entries = vec![(2, b"a".to_vec())];
+    entries.extend(group.iter().map(|n| (3, n.clone())));
+    entries.push((4, b"e".to_vec()));
+    let all: Vec<Vec<u8>> = entries.iter().map(|(_, n)| n.clone()).collect();
+    for capacity in [2, 3, 4, 10] {
+        let mut listed = list_entries(&vfs, 0, 0, &entries, capacity).names;
+        listed.dedup();
+        assert_eq!(listed, all, "{capacity} entries a reply");
+    }
 }

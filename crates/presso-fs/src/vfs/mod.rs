@@ -146,6 +146,9 @@ pub struct Vfs {
     /// asks it to drop locks only of these, instead of a write transaction per close.
     locked_files: Mutex<HashSet<u64>>,
     listings: Mutex<HashMap<u64, DirListing>>,
+    /// The key of the tags that tell names apart in listing cookies (`Vfs::cookie_of`), drawn
+    /// at random for each mount.
+    listing_key: std::collections::hash_map::RandomState,
     next_fh: AtomicU64,
     cache: Arc<RecordCache>,
     budget: Arc<Budget>,
@@ -193,6 +196,7 @@ impl Vfs {
             handles: Mutex::new(HashMap::new()),
             locked_files: Mutex::new(HashSet::new()),
             listings: Mutex::new(HashMap::new()),
+            listing_key: std::collections::hash_map::RandomState::new(),
             next_fh: AtomicU64::new(1),
             config,
             readahead: tx,

@@ -229,9 +229,10 @@ fn a_listing_holds_what_fits_in_the_size_asked() {
         );
         assert_eq!(error, 0);
     }
+    // A pool of its own lets the kernel open directories itself, and lists through handle 0.
     let (error, opened) = rig.call(OPENDIR, ROOT_INO, &[0u8; 8], &[]);
-    assert_eq!((error, opened.len()), (0, 16), "fuse_open_out");
-    let fh = le64(&opened, 0);
+    assert_eq!((error, opened.len()), (-libc::ENOSYS, 0), "OPENDIR");
+    let fh = 0u64;
     // `fuse_read_in` for READDIRPLUS: fh, offset 0 (a new pass), size. Each entry is a
     // `fuse_direntplus` of 152 bytes and its name, padded to 160 for the names here.
     let listing = |size: u32| {
