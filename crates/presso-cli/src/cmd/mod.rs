@@ -2,6 +2,7 @@
 //! returning `anyhow::Result<()>`; `main` wires them into the `Command` enum. `target` and
 //! `request` are shared by the commands that act on a pool.
 
+mod background;
 pub mod bench;
 pub mod create;
 pub mod gc;

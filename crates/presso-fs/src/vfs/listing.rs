@@ -278,12 +278,13 @@ const NO_HANDLE: u64 = 0;
 const NAME_BITS: u32 = 20;
 
 /// The inode numbers entries may name, and cookies carry: above the root's, below 2^43, where
-/// the metadata's end (the metadata hands out no other).
+/// the metadata's inode numbers end (`presso_meta::INO_LIMIT`; it hands out no other).
 const LISTED_INODES: std::ops::Range<u64> = ROOT_INO + 1..1 << (63 - NAME_BITS);
 const _: () = assert!(presso_meta::INO_LIMIT <= LISTED_INODES.end);
 
-/// The inode and the tag a cookie above 2 carries. An offset past every cookie (a program's
-/// seekdir) names no inode the metadata hands out, and lists nothing more.
+/// The inode and the tag a cookie above 2 carries. An offset no listing handed out (a program's
+/// seekdir to a made-up place) goes on from the first entry of the inode it names: one below
+/// every cookie lists from the start, one past every cookie lists nothing more.
 fn cookie_position(cookie: u64) -> (u64, u64) {
     (
         (cookie >> NAME_BITS).min(LISTED_INODES.end),
