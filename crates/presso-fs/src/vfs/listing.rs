@@ -184,38 +184,34 @@ impl Vfs {
                 let mut batch = page(position, want)?;
                 // A page shorter than asked for is the directory's end.
                 let mut at_end = batch.len() < want;
-                if let Some((ino, _)) = resume {
-                    // The cookie's inode may have more names here than a page holds (hard
-                    // links): read on to another inode's first, so the tag is looked for in all.
-                    while !at_end && batch.last().is_some_and(|(i, _, _)| *i == ino) {
-                        let (i, name, _) = batch.last().expect("not empty");
-                        let more = page(Some(ListAfter::entry(*i, &name.clone())), PAGE)?;
-                        at_end = more.len() < PAGE;
-                        batch.extend(more);
-                    }
+                if !at_end {
+                    at_end = self.end_at_an_inode(&mut batch, &page)?;
                 }
                 let next = batch.last().map(|(ino, name, _)| (*ino, name.clone()));
                 // A name of an inode number no build hands out (damage) has no place in
                 // listing order: its cookie would say "start again".
                 batch.retain(|(ino, _, _)| LISTED_INODES.contains(ino));
+                // Made while the batch holds all the names of each inode it names.
+                let mut cookies = self.cookies(&batch);
                 if let Some((ino, tag)) = resume.take() {
-                    self.skip_through_tagged(&mut batch, ino, tag);
+                    let through = self.resume_point(&batch, ino, tag);
+                    batch.drain(..through);
+                    cookies.drain(..through);
                 }
-                for (i, (entry_ino, name, entry)) in batch.iter().enumerate() {
-                    let cookie = self.cookie_of(*entry_ino, name);
-                    if add(entry, cookie, name) {
+                for (i, (_, name, entry)) in batch.iter().enumerate() {
+                    if add(entry, cookies[i], name) {
                         // The one before it, if this page has one, is the last handed out.
                         if let Some(before) = i.checked_sub(1) {
-                            listing.last = self.handed_out(&batch[before]);
+                            listing.last = handed_out(&batch[before], cookies[before]);
                         }
                         listing.fits = taken;
                         return Ok(());
                     }
-                    last = cookie;
+                    last = cookies[i];
                     taken += 1;
                 }
-                if let Some(entry) = batch.last() {
-                    listing.last = self.handed_out(entry);
+                if let (Some(entry), Some(&cookie)) = (batch.last(), cookies.last()) {
+                    listing.last = handed_out(entry, cookie);
                 }
                 if at_end {
                     listing.ended_at = Some(last);
@@ -231,43 +227,107 @@ impl Vfs {
         result
     }
 
-    /// The cookie of an entry naming inode `ino` (in [`LISTED_INODES`]) as `name`: where a
-    /// listing goes on after it. The inode number above [`NAME_BITS`] bits of a tag of the
-    /// name, so cookies follow listing order by inode and tell the names of one inode in one
-    /// directory (hard links) apart, and need no handle to resume from. At least 2^21, above
-    /// `.` and `..`'s 1 and 2; below 2^63, so they fit the kernel's signed offsets.
-    pub(super) fn cookie_of(&self, ino: u64, name: &[u8]) -> u64 {
-        (ino << NAME_BITS) | self.name_tag(name)
-    }
-
-    /// [`NAME_BITS`] bits of a hash of `name` keyed at random for this mount, so that no one
-    /// can choose names whose tags collide (two names of one inode in one directory with one
-    /// tag may list twice; see [`Vfs::skip_through_tagged`]).
-    fn name_tag(&self, name: &[u8]) -> u64 {
-        use std::hash::BuildHasher;
-        self.listing_key.hash_one(name) & ((1 << NAME_BITS) - 1)
-    }
-
-    /// What [`DirListing::last`] keeps of `entry` once it was handed out.
-    fn handed_out<E>(&self, (ino, name, _): &(u64, Vec<u8>, E)) -> Option<(u64, u64, Vec<u8>)> {
-        Some((self.cookie_of(*ino, name), *ino, name.clone()))
-    }
-
-    /// Drops, from a page read from the first name of inode `ino` on, the names of that inode up
-    /// to and with the first whose tag is `tag`: the entry the cookie was handed out for, and
-    /// those listed before it. When none has that tag (the entry was removed since) they are all
-    /// kept: names of the inode listed before may show twice, none is skipped. Two names of the
-    /// inode in one directory with one tag (one in a million pairs of hard links side by side)
-    /// resume after the first of them: the second may show twice.
-    fn skip_through_tagged<E>(&self, batch: &mut Vec<(u64, Vec<u8>, E)>, ino: u64, tag: u64) {
-        let same = batch.iter().take_while(|(i, _, _)| *i == ino).count();
-        if let Some(at) = batch[..same]
+    /// Makes `batch`, a full page of a listing, end where the names of an inode end, reading
+    /// on when they are all it holds: cookies of names of one inode are made from all of them
+    /// ([`Vfs::tags`]). Whether the batch reaches the directory's end.
+    fn end_at_an_inode<E>(
+        &self,
+        batch: &mut Vec<(u64, Vec<u8>, E)>,
+        page: &impl Fn(Option<ListAfter<'_>>, usize) -> Result<Vec<(u64, Vec<u8>, E)>>,
+    ) -> Result<bool> {
+        let Some(&(last_ino, _, _)) = batch.last() else {
+            return Ok(true);
+        };
+        // Listing order is by inode first: the last inode's names close the page.
+        let first_of_last = batch
             .iter()
-            .position(|(_, name, _)| self.name_tag(name) == tag)
-        {
-            batch.drain(..=at);
+            .position(|(ino, _, _)| *ino == last_ino)
+            .unwrap_or(0);
+        if first_of_last > 0 {
+            // Its names may go on in the next page: they start it instead.
+            batch.truncate(first_of_last);
+            return Ok(false);
+        }
+        // All of one inode (hard links, more than the page holds): read on past them.
+        loop {
+            let (ino, name, _) = batch.last().expect("not empty");
+            let more = page(Some(ListAfter::entry(*ino, &name.clone())), PAGE)?;
+            let at_end = more.len() < PAGE;
+            match more.iter().position(|(ino, _, _)| *ino != last_ino) {
+                Some(other) => {
+                    batch.extend(more.into_iter().take(other));
+                    return Ok(false);
+                }
+                None if at_end => {
+                    batch.extend(more);
+                    return Ok(true);
+                }
+                None => batch.extend(more),
+            }
         }
     }
+
+    /// The cookie of each entry of `batch`, which holds all the names of each inode it names
+    /// (in listing order): where a listing goes on after it. The inode number above
+    /// [`NAME_BITS`] bits of a tag of the name ([`Vfs::tags`]), so cookies tell apart the
+    /// names of one inode in one directory (hard links) and need no handle to resume from. At
+    /// least 2^21, above `.` and `..`'s 1 and 2; below 2^63, so they fit the kernel's signed
+    /// offsets.
+    fn cookies<E>(&self, batch: &[(u64, Vec<u8>, E)]) -> Vec<u64> {
+        let mut cookies = Vec::with_capacity(batch.len());
+        for group in batch.chunk_by(|a, b| a.0 == b.0) {
+            let names: Vec<&[u8]> = group.iter().map(|(_, name, _)| name.as_slice()).collect();
+            let ino = group[0].0;
+            cookies.extend(
+                self.tags(&names)
+                    .into_iter()
+                    .map(|tag| (ino << NAME_BITS) | tag),
+            );
+        }
+        cookies
+    }
+
+    /// The tags of the names of one inode in one directory, given all of them in listing order:
+    /// [`NAME_BITS`] bits of a hash of each name, keyed at random for this mount (so no one can
+    /// choose names that collide); a name whose tag an earlier one has takes the next free one.
+    /// So the tags of one inode's names differ, and a name's tag stays as long as no name of
+    /// its inode with a colliding hash is made or removed there (see
+    /// [`Vfs::resume_point`] for what a listing going on among them then does).
+    pub(super) fn tags(&self, names: &[&[u8]]) -> Vec<u64> {
+        use std::hash::BuildHasher;
+        const MASK: u64 = (1 << NAME_BITS) - 1;
+        let mut tags: Vec<u64> = Vec::with_capacity(names.len());
+        for name in names {
+            let mut tag = self.listing_key.hash_one(name) & MASK;
+            // At most LINK_MAX names, far fewer than 2^20 tags: a free one is always found.
+            while tags.contains(&tag) {
+                tag = (tag + 1) & MASK;
+            }
+            tags.push(tag);
+        }
+        tags
+    }
+
+    /// How many entries of `batch`, read from the first name of inode `ino` on (holding all its
+    /// names), a listing resuming from the cookie with `tag` has handed out already: the names
+    /// of that inode up to and with the one whose tag is `tag`. When none has that tag (the
+    /// entry was removed since, or a name made or removed beside it changed the tags), none:
+    /// names listed before may show twice, none is skipped. One case skips: the entry removed,
+    /// and another name of its inode there, not yet listed, whose hash collides with its own in
+    /// [`NAME_BITS`] bits (about one in a million such names) now has its tag.
+    fn resume_point<E>(&self, batch: &[(u64, Vec<u8>, E)], ino: u64, tag: u64) -> usize {
+        let same = batch.iter().take_while(|(i, _, _)| *i == ino).count();
+        let names: Vec<&[u8]> = batch[..same].iter().map(|(_, n, _)| n.as_slice()).collect();
+        self.tags(&names)
+            .iter()
+            .position(|&t| t == tag)
+            .map_or(0, |at| at + 1)
+    }
+}
+
+/// What [`DirListing::last`] keeps of `entry` once it was handed out with `cookie`.
+fn handed_out<E>((ino, name, _): &(u64, Vec<u8>, E), cookie: u64) -> Option<(u64, u64, Vec<u8>)> {
+    Some((cookie, *ino, name.clone()))
 }
 
 /// The handle a listing without one comes through: the kernel opens the directories of a pool
@@ -275,7 +335,7 @@ impl Vfs {
 const NO_HANDLE: u64 = 0;
 
 /// Bits of a cookie that tell the names of one inode in one directory apart ([`Vfs::cookie_of`]).
-const NAME_BITS: u32 = 20;
+pub(super) const NAME_BITS: u32 = 20;
 
 /// The inode numbers entries may name, and cookies carry: above the root's, below 2^43, where
 /// the metadata's inode numbers end (`presso_meta::INO_LIMIT`; it hands out no other).
