@@ -13,7 +13,7 @@ const PAGE: usize = 512;
 const FIRST_PAGE: usize = 32;
 
 /// Where the listing of one open directory stands. Its cookies need no table: each says where
-/// its entry sits in the directory's listing order ([`Vfs::cookie_of`]), so a listing resumes
+/// its entry sits in the directory's listing order ([`Vfs::cookies`]), so a listing resumes
 /// from a cookie through any handle, or none: the kernel resumes a listing it kept and dropped
 /// part of through another handle, and opens the directories of a pool of its own itself,
 /// without handles (`PressoFs::opendir`).
@@ -58,7 +58,7 @@ impl Vfs {
     /// Lists directory `ino` through handle `fh` (0: none) from `offset` (0 = the start, a new
     /// pass), calling `add(ino, cookie, kind, name)` for each entry until it returns `true` (the
     /// reply is full). Cookies 1 and 2 are `.` and `..`; every other names the entry it resumes
-    /// after by its place in listing order ([`ListAfter`], [`Vfs::cookie_of`]), so entries
+    /// after by its place in listing order ([`ListAfter`]; see `Vfs::cookies`), so entries
     /// removed or made meanwhile shift nothing (resuming by position skipped entries when a
     /// program unlinked entries as it read them), and any handle, or none, resumes from it.
     pub fn readdir_from(
@@ -334,7 +334,7 @@ fn handed_out<E>((ino, name, _): &(u64, Vec<u8>, E), cookie: u64) -> Option<(u64
 /// of its own itself (`PressoFs::opendir`). [`Vfs::opendir`] hands out no 0.
 const NO_HANDLE: u64 = 0;
 
-/// Bits of a cookie that tell the names of one inode in one directory apart ([`Vfs::cookie_of`]).
+/// Bits of a cookie that tell the names of one inode in one directory apart ([`Vfs::tags`]).
 pub(super) const NAME_BITS: u32 = 20;
 
 /// The inode numbers entries may name, and cookies carry: above the root's, below 2^43, where

@@ -146,7 +146,7 @@ pub struct Vfs {
     /// asks it to drop locks only of these, instead of a write transaction per close.
     locked_files: Mutex<HashSet<u64>>,
     listings: Mutex<HashMap<u64, DirListing>>,
-    /// The key of the tags that tell names apart in listing cookies (`Vfs::cookie_of`), drawn
+    /// The key of the tags that tell names apart in listing cookies (`Vfs::tags`), drawn
     /// at random for each mount.
     listing_key: std::collections::hash_map::RandomState,
     next_fh: AtomicU64,
