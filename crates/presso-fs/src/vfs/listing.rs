@@ -158,27 +158,34 @@ impl Vfs {
                     return Ok(());
                 }
             }
-            // The entry (inode, name) to go on after.
+            // The entry (inode, name) to go on after: the last of an inode's names, so pages
+            // start where an inode's names start.
             let mut after: Option<(u64, Vec<u8>)> = None;
-            // Resuming from a cookie this handle did not hand out last: the names of its inode,
-            // among them the one with its tag, which the cookie was handed out for.
+            // Where a resumed listing goes on: among the names of an inode, after the one this
+            // handle handed out last, or else after the one with the cookie's tag. Either way
+            // the page is read from the first of them, so that their cookies are made from all.
             let mut resume = None;
             if offset > 2 {
-                match &listing.last {
+                resume = Some(match &listing.last {
                     Some((cookie, ino, name)) if *cookie == offset => {
-                        after = Some((*ino, name.clone()))
+                        Resume::After(*ino, name.clone())
                     }
-                    _ => resume = Some(cookie_position(offset)),
-                }
+                    _ => {
+                        let (ino, tag) = cookie_position(offset);
+                        Resume::Tagged(ino, tag)
+                    }
+                });
             }
             // The cookie the kernel resumes from after this reply.
             let mut last = offset.max(2);
             let mut want = listing.first_page();
             let mut taken = 0;
             loop {
-                let position = match (&after, resume) {
+                let position = match (&after, &resume) {
                     (Some((ino, name)), _) => Some(ListAfter::entry(*ino, name)),
-                    (None, Some((ino, _))) => Some(ListAfter::ino(ino)),
+                    (None, Some(Resume::After(ino, _) | Resume::Tagged(ino, _))) => {
+                        Some(ListAfter::ino(*ino))
+                    }
                     (None, None) => None,
                 };
                 let mut batch = page(position, want)?;
@@ -193,8 +200,8 @@ impl Vfs {
                 batch.retain(|(ino, _, _)| LISTED_INODES.contains(ino));
                 // Made while the batch holds all the names of each inode it names.
                 let mut cookies = self.cookies(&batch);
-                if let Some((ino, tag)) = resume.take() {
-                    let through = self.resume_point(&batch, ino, tag);
+                if let Some(resume) = resume.take() {
+                    let through = self.resume_point(&batch, &resume);
                     batch.drain(..through);
                     cookies.drain(..through);
                 }
@@ -297,10 +304,12 @@ impl Vfs {
         use std::hash::BuildHasher;
         const MASK: u64 = (1 << NAME_BITS) - 1;
         let mut tags: Vec<u64> = Vec::with_capacity(names.len());
+        // Only hard links side by side make more than one name here.
+        let mut taken = std::collections::HashSet::new();
         for name in names {
             let mut tag = self.listing_key.hash_one(name) & MASK;
             // At most LINK_MAX names, far fewer than 2^20 tags: a free one is always found.
-            while tags.contains(&tag) {
+            while names.len() > 1 && !taken.insert(tag) {
                 tag = (tag + 1) & MASK;
             }
             tags.push(tag);
@@ -308,21 +317,40 @@ impl Vfs {
         tags
     }
 
-    /// How many entries of `batch`, read from the first name of inode `ino` on (holding all its
-    /// names), a listing resuming from the cookie with `tag` has handed out already: the names
-    /// of that inode up to and with the one whose tag is `tag`. When none has that tag (the
-    /// entry was removed since, or a name made or removed beside it changed the tags), none:
-    /// names listed before may show twice, none is skipped. One case skips: the entry removed,
-    /// and another name of its inode there, not yet listed, whose hash collides with its own in
+    /// How many entries of `batch`, read from the first name of the resumed inode on (holding
+    /// all its names), a listing resuming there has handed out already: the names of that inode
+    /// up to and with the one it ended with. By a handle's own last entry that is exact (names
+    /// of one inode list in name order). By a tag: when no name has it (the entry was removed
+    /// since, or a name made or removed beside it changed the tags), none, so names listed
+    /// before may show twice and none is skipped. One case skips: the entry removed, and
+    /// another name of its inode there, not yet listed, whose hash collides with its own in
     /// [`NAME_BITS`] bits (about one in a million such names) now has its tag.
-    fn resume_point<E>(&self, batch: &[(u64, Vec<u8>, E)], ino: u64, tag: u64) -> usize {
-        let same = batch.iter().take_while(|(i, _, _)| *i == ino).count();
-        let names: Vec<&[u8]> = batch[..same].iter().map(|(_, n, _)| n.as_slice()).collect();
-        self.tags(&names)
-            .iter()
-            .position(|&t| t == tag)
-            .map_or(0, |at| at + 1)
+    fn resume_point<E>(&self, batch: &[(u64, Vec<u8>, E)], resume: &Resume) -> usize {
+        let (Resume::After(ino, _) | Resume::Tagged(ino, _)) = resume;
+        let same = batch.iter().take_while(|(i, _, _)| i == ino).count();
+        match resume {
+            Resume::After(_, last) => batch[..same]
+                .iter()
+                .take_while(|(_, name, _)| name <= last)
+                .count(),
+            Resume::Tagged(_, tag) => {
+                let names: Vec<&[u8]> =
+                    batch[..same].iter().map(|(_, n, _)| n.as_slice()).collect();
+                self.tags(&names)
+                    .iter()
+                    .position(|t| t == tag)
+                    .map_or(0, |at| at + 1)
+            }
+        }
     }
+}
+
+/// Where a resumed listing goes on, among the names of an inode (see [`Vfs::resume_point`]).
+enum Resume {
+    /// After this name of this inode: the last entry the handle handed out.
+    After(u64, Vec<u8>),
+    /// After the name of this inode with this tag: a cookie alone.
+    Tagged(u64, u64),
 }
 
 /// What [`DirListing::last`] keeps of `entry` once it was handed out with `cookie`.

@@ -15,6 +15,8 @@ use super::{Vfs, VfsConfig};
 /// the number of queries.
 struct Listed {
     names: Vec<Vec<u8>>,
+    /// The cookie handed out with each of `names`.
+    cookies: Vec<u64>,
     rows: usize,
     largest_page: usize,
     queries: usize,
@@ -124,6 +126,7 @@ fn list_entries(
         Ok(batch)
     };
     let mut listed = Vec::new();
+    let mut cookies = Vec::new();
     by_replies(offset, capacity, |offset, reply| {
         vfs.list_from(
             ROOT_INO,
@@ -137,6 +140,7 @@ fn list_entries(
                 }
                 if !is_dot(name) {
                     listed.push(name.to_vec());
+                    cookies.push(cookie);
                 }
                 false
             },
@@ -145,6 +149,7 @@ fn list_entries(
     });
     Listed {
         names: listed,
+        cookies,
         rows: rows.get(),
         largest_page: largest_page.get(),
         queries: queries.get(),
@@ -374,15 +379,7 @@ fn names_of_one_inode_whose_hashes_collide_get_tags_of_their_own() {
     // million pairs; found here by search): the later takes the next free tag, so both have
     // cookies of their own and list once each in replies of any size, also without a handle.
     let vfs = vfs();
-    let mut seen = std::collections::HashMap::new();
-    let (first, second) = (0u32..)
-        .map(|i| format!("n{i}").into_bytes())
-        .find_map(|name| {
-            let tag = vfs.tags(&[name.as_slice()])[0];
-            seen.insert(tag, name.clone())
-                .map(|earlier| (earlier, name))
-        })
-        .unwrap();
+    let (first, second) = colliding_names(&vfs);
     let mut group = [first, second, b"z".to_vec()];
     group.sort();
     let tags = vfs.tags(&[&group[0], &group[1], &group[2]]);
@@ -400,4 +397,56 @@ fn names_of_one_inode_whose_hashes_collide_get_tags_of_their_own() {
             assert_eq!(listed, all, "{capacity} entries a reply, handle {fh}");
         }
     }
+}
+
+#[test]
+fn the_cookies_a_handle_hands_out_resume_alike_without_it() {
+    // A handle resumes from its own last entry, but every cookie it hands out must say the
+    // same place to a listing without a handle (a program's seekdir, the kernel's kept
+    // listing): among hard links too, however the replies cut through them.
+    // Two of the links have hashes that collide in the tag's bits (found by search), so the
+    // tags of the later names depend on the earlier ones.
+    let vfs = vfs();
+    let (one, two) = colliding_names(&vfs);
+    let mut group: Vec<Vec<u8>> = (0..38)
+        .map(|i| format!("link{i:02}").into_bytes())
+        .collect();
+    group.extend([one, two]);
+    group.sort();
+    let mut entries: Vec<(u64, Vec<u8>)> = vec![(2, b"first".to_vec())];
+    entries.extend(group.into_iter().map(|n| (3, n)));
+    entries.extend((0..10).map(|i| (4 + i, format!("f{i}").into_bytes())));
+    let all: Vec<Vec<u8>> = entries.iter().map(|(_, n)| n.clone()).collect();
+    for capacity in [1, 7, 30] {
+        let fh = vfs.opendir();
+        let listed = list_entries(&vfs, fh, 0, &entries, capacity);
+        vfs.releasedir(fh);
+        assert_eq!(listed.names, all, "{capacity} entries a reply");
+        let mut unique = listed.cookies.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), all.len(), "cookies of their own");
+        for (i, &cookie) in listed.cookies.iter().enumerate() {
+            let rest = list_entries(&vfs, 0, cookie, &entries, 9).names;
+            assert_eq!(
+                rest,
+                all[i + 1..],
+                "from the cookie of entry {i}, {capacity} a reply"
+            );
+        }
+    }
+}
+
+/// Two names whose hashes collide in the tag's bits under `vfs`'s key (a birthday search: about
+/// 1,300 names).
+fn colliding_names(vfs: &Vfs) -> (Vec<u8>, Vec<u8>) {
+    let mut seen = std::collections::HashMap::new();
+    (0u32..)
+        .map(|i| format!("n{i}").into_bytes())
+        .find_map(|name| {
+            let tag = vfs.tags(&[name.as_slice()])[0];
+            seen.insert(tag, name.clone())
+                .map(|earlier| (earlier, name))
+        })
+        .expect("a collision")
 }
