@@ -72,7 +72,7 @@ impl Vfs {
             ino,
             fh,
             offset,
-            |dir| Ok((dir, FileKind::Dir)),
+            |dir| (dir, FileKind::Dir),
             |after, limit| {
                 let page = self.pool.readdir(ino, after, limit)?;
                 Ok(page
@@ -101,7 +101,7 @@ impl Vfs {
             ino,
             fh,
             offset,
-            |dir| Ok((dir, FileKind::Dir, None)),
+            |dir| (dir, FileKind::Dir, None),
             |after, limit| {
                 let page = self.pool.readdir_plus(ino, after, limit)?;
                 Ok(page
@@ -130,7 +130,7 @@ impl Vfs {
         ino: u64,
         fh: u64,
         offset: u64,
-        dot: impl Fn(u64) -> Result<E>,
+        dot: impl Fn(u64) -> E,
         page: impl Fn(Option<ListAfter<'_>>, usize) -> Result<Vec<(u64, Vec<u8>, E)>>,
         mut add: impl FnMut(&E, u64, &[u8]) -> bool,
     ) -> Result<()> {
@@ -144,7 +144,7 @@ impl Vfs {
             }
             if offset < 1 {
                 listing = DirListing::default();
-                if add(&dot(ino)?, 1, b".") {
+                if add(&dot(ino), 1, b".") {
                     return Ok(());
                 }
             }
@@ -154,40 +154,33 @@ impl Vfs {
                 } else {
                     self.dir_parent(ino).unwrap_or(ROOT_INO)
                 };
-                if add(&dot(parent)?, 2, b"..") {
+                if add(&dot(parent), 2, b"..") {
                     return Ok(());
                 }
             }
-            // The entry (inode, name) to go on after: the last of an inode's names, so pages
-            // start where an inode's names start.
-            let mut after: Option<(u64, Vec<u8>)> = None;
             // Where a resumed listing goes on: among the names of an inode, after the one this
-            // handle handed out last, or else after the one with the cookie's tag. Either way
-            // the page is read from the first of them, so that their cookies are made from all.
+            // handle handed out last, or else after the one with the cookie. Either way the
+            // page is read from the first of them, so that their cookies are made from all.
             let mut resume = None;
             if offset > 2 {
                 resume = Some(match &listing.last {
                     Some((cookie, ino, name)) if *cookie == offset => {
                         Resume::After(*ino, name.clone())
                     }
-                    _ => {
-                        let (ino, tag) = cookie_position(offset);
-                        Resume::Tagged(ino, tag)
-                    }
+                    _ => Resume::Cookie(cookie_ino(offset), offset),
                 });
             }
+            // The entry (inode, name) the next page starts after: an empty name is before every
+            // name of its inode ([`ListAfter::ino`]). Pages start where an inode's names start.
+            let mut after: Option<(u64, Vec<u8>)> = resume.as_ref().map(|r| (r.ino(), Vec::new()));
             // The cookie the kernel resumes from after this reply.
             let mut last = offset.max(2);
             let mut want = listing.first_page();
             let mut taken = 0;
             loop {
-                let position = match (&after, &resume) {
-                    (Some((ino, name)), _) => Some(ListAfter::entry(*ino, name)),
-                    (None, Some(Resume::After(ino, _) | Resume::Tagged(ino, _))) => {
-                        Some(ListAfter::ino(*ino))
-                    }
-                    (None, None) => None,
-                };
+                let position = after
+                    .as_ref()
+                    .map(|(ino, name)| ListAfter::entry(*ino, name));
                 let mut batch = page(position, want)?;
                 // A page shorter than asked for is the directory's end.
                 let mut at_end = batch.len() < want;
@@ -201,7 +194,7 @@ impl Vfs {
                 // Made while the batch holds all the names of each inode it names.
                 let mut cookies = self.cookies(&batch);
                 if let Some(resume) = resume.take() {
-                    let through = self.resume_point(&batch, &resume);
+                    let through = resume_point(&batch, &cookies, &resume);
                     batch.drain(..through);
                     cookies.drain(..through);
                 }
@@ -299,7 +292,7 @@ impl Vfs {
     /// choose names that collide); a name whose tag an earlier one has takes the next free one.
     /// So the tags of one inode's names differ, and a name's tag stays as long as no name of
     /// its inode with a colliding hash is made or removed there (see
-    /// [`Vfs::resume_point`] for what a listing going on among them then does).
+    /// [`resume_point`] for what a listing going on among them then does).
     pub(super) fn tags(&self, names: &[&[u8]]) -> Vec<u64> {
         use std::hash::BuildHasher;
         const MASK: u64 = (1 << NAME_BITS) - 1;
@@ -316,41 +309,6 @@ impl Vfs {
         }
         tags
     }
-
-    /// How many entries of `batch`, read from the first name of the resumed inode on (holding
-    /// all its names), a listing resuming there has handed out already: the names of that inode
-    /// up to and with the one it ended with. By a handle's own last entry that is exact (names
-    /// of one inode list in name order). By a tag: when no name has it (the entry was removed
-    /// since, or a name made or removed beside it changed the tags), none, so names listed
-    /// before may show twice and none is skipped. One case skips: the entry removed, and
-    /// another name of its inode there, not yet listed, whose hash collides with its own in
-    /// [`NAME_BITS`] bits (about one in a million such names) now has its tag.
-    fn resume_point<E>(&self, batch: &[(u64, Vec<u8>, E)], resume: &Resume) -> usize {
-        let (Resume::After(ino, _) | Resume::Tagged(ino, _)) = resume;
-        let same = batch.iter().take_while(|(i, _, _)| i == ino).count();
-        match resume {
-            Resume::After(_, last) => batch[..same]
-                .iter()
-                .take_while(|(_, name, _)| name <= last)
-                .count(),
-            Resume::Tagged(_, tag) => {
-                let names: Vec<&[u8]> =
-                    batch[..same].iter().map(|(_, n, _)| n.as_slice()).collect();
-                self.tags(&names)
-                    .iter()
-                    .position(|t| t == tag)
-                    .map_or(0, |at| at + 1)
-            }
-        }
-    }
-}
-
-/// Where a resumed listing goes on, among the names of an inode (see [`Vfs::resume_point`]).
-enum Resume {
-    /// After this name of this inode: the last entry the handle handed out.
-    After(u64, Vec<u8>),
-    /// After the name of this inode with this tag: a cookie alone.
-    Tagged(u64, u64),
 }
 
 /// What [`DirListing::last`] keeps of `entry` once it was handed out with `cookie`.
@@ -370,12 +328,51 @@ pub(super) const NAME_BITS: u32 = 20;
 const LISTED_INODES: std::ops::Range<u64> = ROOT_INO + 1..1 << (63 - NAME_BITS);
 const _: () = assert!(presso_meta::INO_LIMIT <= LISTED_INODES.end);
 
-/// The inode and the tag a cookie above 2 carries. An offset no listing handed out (a program's
-/// seekdir to a made-up place) goes on from the first entry of the inode it names: one below
-/// every cookie lists from the start, one past every cookie lists nothing more.
-fn cookie_position(cookie: u64) -> (u64, u64) {
-    (
-        (cookie >> NAME_BITS).min(LISTED_INODES.end),
-        cookie & ((1 << NAME_BITS) - 1),
-    )
+/// The inode a cookie above 2 names. An offset no listing handed out (a program's seekdir to a
+/// made-up place) goes on from the first entry of the inode it names: one below every cookie
+/// lists from the start, one past every cookie lists nothing more.
+fn cookie_ino(cookie: u64) -> u64 {
+    (cookie >> NAME_BITS).min(LISTED_INODES.end)
+}
+
+/// Where a resumed listing goes on, among the names of an inode (see [`resume_point`]).
+enum Resume {
+    /// After this name of this inode: the last entry the handle handed out.
+    After(u64, Vec<u8>),
+    /// After the name of this inode that has this cookie: a cookie alone.
+    Cookie(u64, u64),
+}
+
+impl Resume {
+    /// The inode among whose names the listing goes on.
+    fn ino(&self) -> u64 {
+        match self {
+            Resume::After(ino, _) | Resume::Cookie(ino, _) => *ino,
+        }
+    }
+}
+
+/// How many entries of `batch` (with their `cookies`), read from the first name of the
+/// resumed inode on and holding all its names, a listing resuming there has handed out
+/// already: the names of that inode up to and with the one it ended with. By a handle's own
+/// last entry that is exact (names of one inode list in name order). By a cookie: when no name
+/// has it (the entry was removed since, or a name made or removed beside it changed the tags),
+/// none, so names listed before may show twice and none is skipped. One case skips: the entry
+/// removed, and another name of its inode there, not yet listed, whose hash collides with its
+/// own in [`NAME_BITS`] bits (about one in a million such names) now has its tag.
+fn resume_point<E>(batch: &[(u64, Vec<u8>, E)], cookies: &[u64], resume: &Resume) -> usize {
+    let same = batch
+        .iter()
+        .take_while(|(i, _, _)| *i == resume.ino())
+        .count();
+    match resume {
+        Resume::After(_, last) => batch[..same]
+            .iter()
+            .take_while(|(_, name, _)| name <= last)
+            .count(),
+        Resume::Cookie(_, cookie) => cookies[..same]
+            .iter()
+            .position(|c| c == cookie)
+            .map_or(0, |at| at + 1),
+    }
 }

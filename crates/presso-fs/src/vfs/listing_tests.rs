@@ -132,7 +132,7 @@ fn list_entries(
             ROOT_INO,
             fh,
             offset,
-            |_| Ok(()),
+            |_| (),
             page,
             |_, cookie, name| {
                 if reply.full_before(cookie) {
