@@ -67,11 +67,16 @@ pub(super) fn mount(source: &PoolSource, mountpoint: &Path, config: MountConfig)
     }
 }
 
-/// Reads the daemon's report ([`RETRY_LINE`]s, shown on standard error as they come, then its
+/// `line` as the daemon sends it before its answer: one [`RETRY_LINE`], its own line breaks
+/// made spaces, so that no part of it can be taken for the answer.
+fn retry_report(line: &str) -> String {
+    format!("{RETRY_LINE}{}\n", line.replace('\n', " "))
+}
+
+/// Reads the daemon's report ([`retry_report`]s, shown on standard error as they come, then its
 /// answer) until the daemon closes the pipe; the answer.
-fn hear_daemon(pipe: std::fs::File) -> Result<String> {
+fn hear_daemon(pipe: impl Read) -> Result<String> {
     let mut lines = std::io::BufReader::new(pipe);
-    let mut answer = String::new();
     loop {
         let mut line = String::new();
         if lines
@@ -79,16 +84,15 @@ fn hear_daemon(pipe: std::fs::File) -> Result<String> {
             .context("cannot hear from the daemon")?
             == 0
         {
-            return Ok(answer);
+            return Ok(line);
         }
         match line.strip_prefix(RETRY_LINE) {
-            Some(retry) if answer.is_empty() => eprint!("{retry}"),
-            _ => {
-                answer.push_str(&line);
+            Some(retry) => eprint!("{retry}"),
+            None => {
                 lines
-                    .read_to_string(&mut answer)
+                    .read_to_string(&mut line)
                     .context("cannot hear from the daemon")?;
-                return Ok(answer);
+                return Ok(line);
             }
         }
     }
@@ -127,7 +131,7 @@ fn child(
     presso_fs::retries::show_server_retries_to(move |line| {
         presso_fs::log!("{line}");
         if let Some(f) = relay.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
-            let _ = writeln!(f, "{RETRY_LINE}{line}");
+            let _ = f.write_all(retry_report(line).as_bytes());
         }
     });
     let result = daemon::serve(source, mountpoint, config, |r| {
@@ -145,5 +149,25 @@ fn child(
             presso_fs::log!("presso: {e}");
             1
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_before_the_answer_are_never_taken_for_it() {
+        // A retry whose message has a line break of its own (a server's error text may).
+        let mut report = retry_report("first");
+        report += &retry_report("a message\nof two lines");
+        report += "ok";
+        assert_eq!(hear_daemon(report.as_bytes()).unwrap(), "ok");
+        let refused = retry_report("again") + "error: no room\nfree some";
+        assert_eq!(
+            hear_daemon(refused.as_bytes()).unwrap(),
+            "error: no room\nfree some"
+        );
+        assert_eq!(hear_daemon(retry_report("died").as_bytes()).unwrap(), "");
     }
 }
