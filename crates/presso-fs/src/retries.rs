@@ -72,7 +72,7 @@ pub fn show_server_retries() -> bool {
 pub fn show_server_retries_to(sink: impl Fn(&str) + Send + Sync + 'static) -> bool {
     let lines = RetryLines {
         sink: Box::new(sink),
-        throttles: Mutex::new([Throttle::default(), Throttle::default()]),
+        throttles: Mutex::new(Default::default()),
     };
     tracing::subscriber::set_global_default(lines).is_ok()
 }
