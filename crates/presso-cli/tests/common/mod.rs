@@ -2,8 +2,9 @@
 //! with a time limit and checks what a test needs, [`mount`] gives each test a pool and mount
 //! point that are always unmounted (also when a test panics), [`daemon`] mounts one by a
 //! `presso mount -f` child that a test can `kill -9`, [`data`] makes deterministic data,
-//! [`compare`] checks files and trees, [`loopdisk`] loop-mounts a small ext4 image, and
-//! [`syscalls`] wraps the system calls tests make directly.
+//! [`compare`] checks files and trees, [`loopdisk`] loop-mounts a small ext4 image,
+//! [`syscalls`] wraps the system calls tests make directly, and [`shrink`] shrinks a failing
+//! sequence of operations.
 
 #![allow(dead_code, unused_imports)]
 
@@ -13,6 +14,7 @@ pub mod data;
 pub mod loopdisk;
 pub mod mount;
 pub mod process;
+pub mod shrink;
 pub mod syscalls;
 
 pub use compare::*;

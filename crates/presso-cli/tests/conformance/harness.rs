@@ -54,11 +54,24 @@ impl Env {
         }
     }
 
-    fn sides(&self) -> [(&'static str, PathBuf); 2] {
+    /// Each side's name and the directory its scenarios go under.
+    pub fn sides(&self) -> [(&'static str, PathBuf); 2] {
         [
             ("ext4", self.ext4.dir.clone()),
             ("presso", self.presso.mnt.clone()),
         ]
+    }
+}
+
+impl Env {
+    /// Unmounts Presso and mounts it again, with the options it had.
+    pub fn remount_presso(&mut self) {
+        self.presso.remount(&["allow_other"]);
+    }
+
+    /// Fails if the Presso daemon logged a panic.
+    pub fn assert_presso_log_clean(&self) {
+        self.presso.assert_log_clean();
     }
 }
 
@@ -202,7 +215,8 @@ pub fn errno_name(e: i32) -> String {
         .map_or_else(|| format!("errno {e}"), |(_, s)| s.to_string())
 }
 
-fn describe(path: &Path) -> String {
+/// The POSIX stat fields of `path` (not following a symlink), as [`Rec::stat`] records them.
+pub fn describe(path: &Path) -> String {
     let m = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
         Err(e) => return errno_name(e.raw_os_error().unwrap_or(0)),

@@ -18,6 +18,7 @@ mod modes;
 mod open;
 mod perms;
 mod rename;
+mod sequences;
 mod times;
 mod xattr;
 

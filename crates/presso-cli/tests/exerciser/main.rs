@@ -21,16 +21,16 @@ mod configs;
 mod model;
 mod ops;
 mod run;
-mod shrink;
 mod sys;
 
 use std::fmt::Write as _;
 use std::time::Instant;
 
+use common::shrink::{shrink, Failure};
 use common::{require_root, Rng};
 use configs::{one_test_per_config, ops_per_config, seeds, selected, Config, CONFIGS};
 use ops::{generate, Op};
-use run::Failure;
+use run::run;
 
 /// Log lines printed in a failure message at most (the whole log goes to a file).
 const PRINTED_LOG: usize = 300;
@@ -63,7 +63,7 @@ fn run_seed(config: &Config, seed: u64, count: usize) {
     eprintln!("{config}: seed {seed}, {count} operations");
     let ops = generate(&mut Rng::new(seed), config, count);
     let started = Instant::now();
-    match run::run(config, &ops) {
+    match run(config, &ops) {
         Ok(()) => {
             let secs = started.elapsed().as_secs_f64();
             let slow = ops.iter().filter(|op| op.expensive()).count();
@@ -96,7 +96,7 @@ fn report(config: &Config, seed: u64, per_seed: usize, ops: Vec<Op>, failure: Fa
         listing_from(&upto[tail..], tail)
     );
     eprintln!("shrinking the log by replaying parts of it on fresh pools");
-    let Some(shrunk) = shrink::shrink(config, ops, &failure) else {
+    let Some(shrunk) = shrink(ops, &failure, |ops| run(config, ops)) else {
         panic!(
             "exerciser mismatch on {config}, seed {seed} (replay: {replay}), step {}: {} \
              (it did not fail again when replayed on a fresh pool, so it was not shrunk)",
@@ -109,11 +109,7 @@ fn report(config: &Config, seed: u64, per_seed: usize, ops: Vec<Op>, failure: Fa
         failure.step,
         failure.message,
         shrunk.replays,
-        if shrunk.cut_short {
-            " (stopped by the replay or time bound)"
-        } else {
-            ""
-        },
+        shrunk.bound_note(),
         shrunk.ops.len(),
         shrunk.failure.step,
         shrunk.failure.message,

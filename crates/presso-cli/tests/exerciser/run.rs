@@ -5,20 +5,12 @@
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
+use crate::common::shrink::Failure;
 use crate::common::Daemon;
 use crate::configs::Config;
 use crate::model::{compare, Model};
 use crate::ops::{data, Falloc, Op, FILES};
 use crate::sys::{self, Mapping};
-
-/// Where and why a run failed.
-#[derive(Clone, Debug)]
-pub struct Failure {
-    /// The index of the failing operation (the log's length: the final check).
-    pub step: usize,
-    /// What differed.
-    pub message: String,
-}
 
 /// Runs `ops` on a fresh pool with `config`: `Err` names the failing step and what differed.
 pub fn run(config: &Config, ops: &[Op]) -> Result<(), Failure> {

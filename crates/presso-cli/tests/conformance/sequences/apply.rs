@@ -1,0 +1,414 @@
+//! One side of a sequence: each operation made with real system calls under the sequence's
+//! directory, and what it saw as one line of text, compared with the other side's.
+//!
+//! Where POSIX leaves a listing's order or the fate of entries changed during it open, the line
+//! holds only what POSIX fixes (the check of the rule, the sorted names), so that ext4 and Presso
+//! must agree on it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::CStr;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+
+use super::ops::Op;
+use crate::common::errno;
+use crate::harness::{describe, errno_name};
+use crate::modes::write_file_new;
+use crate::sys::*;
+
+/// The side of one sequence: its directory, and what [`Op::Remount`] does there.
+pub struct Side<'a> {
+    /// The sequence's directory.
+    pub root: PathBuf,
+    /// The tree's paths ([`super::ops::paths`]).
+    pub paths: &'a [String],
+    /// Unmounts and mounts the file system again (or makes it durable, where it cannot).
+    pub remount: &'a mut dyn FnMut(),
+}
+
+impl Side<'_> {
+    fn at(&self, index: usize) -> PathBuf {
+        self.root.join(&self.paths[index])
+    }
+
+    /// Makes `op` and tells what it saw.
+    pub fn apply(&mut self, op: &Op) -> String {
+        match *op {
+            Op::Mkdir { path, mode } => shown(mkdir(&self.at(path), mode)),
+            Op::Create { path, len, fill } => {
+                shown(write_file_new(&self.at(path), &vec![fill; len]))
+            }
+            Op::Append { path, len, fill } => {
+                shown(write_file(&self.at(path), libc::O_APPEND, &vec![fill; len]))
+            }
+            Op::Truncate { path, len } => shown(truncate(&self.at(path), len)),
+            Op::Unlink { path } => shown(unlink(&self.at(path))),
+            Op::Rmdir { path } => shown(rmdir(&self.at(path))),
+            Op::Link { from, to } => shown(link(&self.at(from), &self.at(to))),
+            Op::Symlink { target, path } => shown(symlink(&self.paths[target], &self.at(path))),
+            Op::Rename { from, to, flags } => shown(rename(&self.at(from), &self.at(to), flags)),
+            Op::Chmod { path, mode } => shown(chmod(&self.at(path), mode)),
+            Op::Stat { path } => describe(&self.at(path)),
+            Op::Read { path } => match std::fs::read(self.at(path)) {
+                Ok(bytes) => format!("{} bytes, hash {:016x}", bytes.len(), hash(&bytes)),
+                Err(e) => io_errno(&e),
+            },
+            Op::List { dir } => match sorted_entries(&self.at(dir)) {
+                Ok(entries) => entries
+                    .iter()
+                    .map(|(name, kind)| format!("{name}:{kind}"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                Err(e) => e,
+            },
+            Op::Populate { dir, count, links } => self.populate(dir, count, links),
+            Op::Clear { dir } => self.clear(dir),
+            Op::ListWhileChanging {
+                dir,
+                after,
+                victim,
+                buffer,
+            } => self.list_while_changing(dir, after, victim, buffer),
+            Op::SeekBack { dir, after, buffer } => seek_back(&self.at(dir), after, buffer),
+            Op::DropCaches => match std::fs::write("/proc/sys/vm/drop_caches", "3") {
+                Ok(()) => "dropped".into(),
+                Err(e) => panic!("writing /proc/sys/vm/drop_caches (needs root): {e}"),
+            },
+            Op::Remount => {
+                (self.remount)();
+                "remounted".into()
+            }
+            Op::Snapshot => snapshot(&self.root),
+        }
+    }
+
+    fn populate(&self, dir: usize, count: usize, links: bool) -> String {
+        let dir = self.at(dir);
+        let made = if dir.exists() {
+            "there".to_string()
+        } else {
+            shown(mkdir(&dir, 0o755))
+        };
+        let first = dir.join("n000");
+        let mut outcomes = Outcomes::default();
+        for i in 0..count {
+            let name = dir.join(format!("n{i:03}"));
+            outcomes.add(if links && i > 0 {
+                link(&first, &name)
+            } else {
+                write_file_new(&name, &[i as u8])
+            });
+        }
+        format!("dir {made}: {}", outcomes.shown())
+    }
+
+    fn clear(&self, dir: usize) -> String {
+        let dir = self.at(dir);
+        let entries = match sorted_entries(&dir) {
+            Ok(entries) => entries,
+            Err(e) => return e,
+        };
+        let mut outcomes = Outcomes::default();
+        for (name, _) in entries {
+            if name.starts_with('n') || name == "m" {
+                outcomes.add(unlink(&dir.join(name)));
+            }
+        }
+        outcomes.shown()
+    }
+
+    /// Removes an entry and creates `m` in the middle of a listing; POSIX leaves open whether
+    /// those two are listed, and demands every other name exactly once.
+    fn list_while_changing(
+        &self,
+        dir: usize,
+        after: usize,
+        victim: usize,
+        buffer: usize,
+    ) -> String {
+        let dir = self.at(dir);
+        let before: Vec<String> = match sorted_entries(&dir) {
+            Ok(entries) => entries.into_iter().map(|(name, _)| name).collect(),
+            Err(e) => return e,
+        };
+        let mut stream = match DirStream::open(&dir, buffer) {
+            Ok(stream) => stream,
+            Err(e) => return errno_name(e),
+        };
+        let mut seen = match stream.read(after) {
+            Ok(names) => names,
+            Err(e) => return format!("readdir: {}", errno_name(e)),
+        };
+        let victim = (!before.is_empty()).then(|| before[victim % before.len()].clone());
+        let removed = match &victim {
+            Some(name) => {
+                let path = dir.join(name);
+                let is_dir = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
+                shown(if is_dir { rmdir(&path) } else { unlink(&path) })
+            }
+            None => "nothing to remove".into(),
+        };
+        let created = write_file_new(&dir.join("m"), b"m");
+        match stream.read(usize::MAX) {
+            Ok(rest) => seen.extend(rest),
+            Err(e) => return format!("readdir after the changes: {}", errno_name(e)),
+        }
+        let changed: BTreeSet<&str> = victim.iter().map(String::as_str).chain(["m"]).collect();
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for name in &seen {
+            *counts.entry(name.as_str()).or_default() += 1;
+        }
+        let mut wrong = Vec::new();
+        for name in &before {
+            let listed = counts.get(name.as_str()).copied().unwrap_or(0);
+            if listed != 1 && !(changed.contains(name.as_str()) && listed == 0) {
+                wrong.push(format!("{name} listed {listed} times"));
+            }
+        }
+        for (name, &listed) in &counts {
+            if !before.iter().any(|b| b == name) && (*name != "m" || listed > 1) {
+                wrong.push(format!("{name} (not there before) listed {listed} times"));
+            }
+        }
+        format!(
+            "remove {:?}: {removed}; create m: {}; listing: {}",
+            victim,
+            shown(created),
+            if wrong.is_empty() {
+                "every name once".to_string()
+            } else {
+                wrong.join(", ")
+            }
+        )
+    }
+}
+
+/// Lists `dir` to its end, goes back to where it was after `after` entries and lists the rest
+/// again, then from its start: each pass must give the same names, none twice.
+fn seek_back(dir: &Path, after: usize, buffer: usize) -> String {
+    let mut stream = match DirStream::open(dir, buffer) {
+        Ok(stream) => stream,
+        Err(e) => return errno_name(e),
+    };
+    let passes = (|| {
+        let first = stream.read(after)?;
+        let mark = stream.tell();
+        let rest = stream.read(usize::MAX)?;
+        stream.seek(mark);
+        let again = stream.read(usize::MAX)?;
+        stream.seek(0);
+        let whole = stream.read(usize::MAX)?;
+        Ok::<_, i32>((first, rest, again, whole))
+    })();
+    let (first, rest, again, whole) = match passes {
+        Ok(passes) => passes,
+        Err(e) => return format!("readdir: {}", errno_name(e)),
+    };
+    let mut problems = Vec::new();
+    if rest != again {
+        problems.push(format!(
+            "after seekdir: {again:?}, where the first pass gave {rest:?}"
+        ));
+    }
+    let mut both: Vec<&String> = first.iter().chain(&rest).collect();
+    let mut from_start: Vec<&String> = whole.iter().collect();
+    both.sort();
+    from_start.sort();
+    if both != from_start {
+        problems.push(format!(
+            "after rewinddir: {from_start:?}, where the first pass gave {both:?}"
+        ));
+    }
+    if both.windows(2).any(|w| w[0] == w[1]) {
+        problems.push(format!("a name listed twice: {both:?}"));
+    }
+    if problems.is_empty() {
+        format!("{} names, the same in every pass", whole.len())
+    } else {
+        problems.join("; ")
+    }
+}
+
+/// Every node under `root`, sorted by path: its stat fields, and a file's length and hash or a
+/// symlink's target.
+fn snapshot(root: &Path) -> String {
+    let mut lines = Vec::new();
+    let mut pending = vec![PathBuf::new()];
+    while let Some(rel) = pending.pop() {
+        let dir = root.join(&rel);
+        let entries = match sorted_entries(&dir) {
+            Ok(entries) => entries,
+            Err(e) => {
+                lines.push(format!("{}: {e}", rel.display()));
+                continue;
+            }
+        };
+        for (name, kind) in entries {
+            let rel = rel.join(&name);
+            let path = root.join(&rel);
+            let mut line = format!("{}: {}", rel.display(), describe(&path));
+            match kind {
+                "dir" => pending.push(rel),
+                "file" => match std::fs::read(&path) {
+                    Ok(bytes) => line += &format!(" hash {:016x}", hash(&bytes)),
+                    Err(e) => line += &format!(" read {}", io_errno(&e)),
+                },
+                "symlink" => line += &format!(" -> {:?}", std::fs::read_link(&path).ok()),
+                _ => {}
+            }
+            lines.push(line);
+        }
+    }
+    lines.sort();
+    lines.join("\n")
+}
+
+/// The names in `dir` with their kinds, sorted; or the errno of the listing.
+fn sorted_entries(dir: &Path) -> Result<Vec<(String, &'static str)>, String> {
+    let read = std::fs::read_dir(dir).map_err(|e| io_errno(&e))?;
+    let mut entries = Vec::new();
+    for entry in read {
+        let entry = entry.map_err(|e| io_errno(&e))?;
+        let kind = match entry.file_type() {
+            Ok(t) if t.is_dir() => "dir",
+            Ok(t) if t.is_file() => "file",
+            Ok(t) if t.is_symlink() => "symlink",
+            Ok(_) => "other",
+            Err(e) => return Err(io_errno(&e)),
+        };
+        entries.push((entry.file_name().to_string_lossy().into_owned(), kind));
+    }
+    entries.sort();
+    Ok(entries)
+}
+
+/// A directory read with `getdents64` into a buffer of a chosen size (a small one makes the
+/// kernel ask the file system for many short replies, each going on from the last one's cookie),
+/// with `telldir`, `seekdir` and `rewinddir` as `lseek` of the directory.
+struct DirStream {
+    fd: std::os::fd::OwnedFd,
+    buffer: Vec<u8>,
+    /// Entries read from the kernel and not yet handed out: name and position after it.
+    pending: std::collections::VecDeque<(String, i64)>,
+    /// The position after the last entry handed out.
+    position: i64,
+}
+
+impl DirStream {
+    fn open(dir: &Path, buffer: usize) -> Result<DirStream, i32> {
+        let fd = open(dir, libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+        // SAFETY: a descriptor `open` just returned, owned from here on.
+        let fd =
+            unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+        Ok(DirStream {
+            fd,
+            buffer: vec![0; buffer],
+            pending: Default::default(),
+            position: 0,
+        })
+    }
+
+    /// Up to `count` more names (`.` and `..` left out).
+    fn read(&mut self, count: usize) -> Result<Vec<String>, i32> {
+        let mut names = Vec::new();
+        while names.len() < count {
+            if self.pending.is_empty() && !self.fill()? {
+                break;
+            }
+            let (name, next) = self.pending.pop_front().expect("filled");
+            self.position = next;
+            if name != "." && name != ".." {
+                names.push(name);
+            }
+        }
+        Ok(names)
+    }
+
+    /// One `getdents64`; false at the directory's end.
+    fn fill(&mut self) -> Result<bool, i32> {
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.fd);
+        // SAFETY: a buffer of the given length, written by the kernel.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_getdents64,
+                fd,
+                self.buffer.as_mut_ptr(),
+                self.buffer.len(),
+            )
+        };
+        if n < 0 {
+            return Err(errno());
+        }
+        let bytes = &self.buffer[..n as usize];
+        let mut at = 0;
+        // `linux_dirent64`: inode (8 bytes), offset of the next entry (8), record length (2),
+        // type (1), then the name, NUL-terminated.
+        while at + 19 <= bytes.len() {
+            let next = i64::from_ne_bytes(bytes[at + 8..at + 16].try_into().unwrap());
+            let len = u16::from_ne_bytes(bytes[at + 16..at + 18].try_into().unwrap()) as usize;
+            let name = CStr::from_bytes_until_nul(&bytes[at + 19..at + len])
+                .expect("a NUL-terminated name")
+                .to_string_lossy()
+                .into_owned();
+            self.pending.push_back((name, next));
+            at += len;
+        }
+        Ok(n > 0)
+    }
+
+    fn tell(&self) -> i64 {
+        self.position
+    }
+
+    fn seek(&mut self, position: i64) {
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.fd);
+        // SAFETY: lseek of a descriptor this stream owns.
+        let at = unsafe { libc::lseek(fd, position, libc::SEEK_SET) };
+        assert_eq!(
+            at,
+            position,
+            "lseek of a directory to {position}: errno {}",
+            errno()
+        );
+        self.pending.clear();
+        self.position = position;
+    }
+}
+
+/// How many calls of a batch ended each way.
+#[derive(Default)]
+struct Outcomes(BTreeMap<String, usize>);
+
+impl Outcomes {
+    fn add(&mut self, r: Res) {
+        let key = match r {
+            Ok(_) => "ok".to_string(),
+            Err(e) => errno_name(e),
+        };
+        *self.0.entry(key).or_default() += 1;
+    }
+
+    fn shown(&self) -> String {
+        let parts: Vec<String> = self.0.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        parts.join(", ")
+    }
+}
+
+/// A call's result as the line shows it: `ok` or the errno's name (descriptors and byte counts
+/// are not compared).
+fn shown(r: Res) -> String {
+    match r {
+        Ok(_) => "ok".into(),
+        Err(e) => errno_name(e),
+    }
+}
+
+fn io_errno(e: &std::io::Error) -> String {
+    errno_name(e.raw_os_error().unwrap_or(0))
+}
+
+fn hash(bytes: &[u8]) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
+}
