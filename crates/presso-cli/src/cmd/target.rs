@@ -46,6 +46,17 @@ pub fn parse_mountinfo_line(line: &str) -> Option<Mount> {
     parse_fuse_line(line).filter(|m| is_pool(&m.pool))
 }
 
+/// The FUSE mount at `mountpoint` whose source, an absolute path, no longer exists: a pool
+/// directory deleted while mounted, which [`mounts`] cannot recognise as a pool any more.
+pub fn mount_of_missing_pool(mountpoint: &Path) -> Option<Mount> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    text.lines().filter_map(parse_fuse_line).find(|m| {
+        m.mountpoint == mountpoint
+            && m.pool.is_absolute()
+            && std::fs::symlink_metadata(&m.pool).is_err()
+    })
+}
+
 /// Parses one mountinfo line, keeping `fuse` and `fuse.presso` mounts.
 fn parse_fuse_line(line: &str) -> Option<Mount> {
     let (left, right) = line.split_once(" - ")?;

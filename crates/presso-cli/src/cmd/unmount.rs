@@ -82,11 +82,33 @@ fn detach(path: &std::path::Path, lazy: bool) -> Result<bool> {
     Ok(unsafe { libc::umount2(c.as_ptr(), flags) } == 0)
 }
 
+/// Takes away the mount at `path` of the pool directory `pool`, which was deleted while mounted:
+/// there is nothing to commit to, and the daemon exits once it is unmounted.
+fn remove_orphaned_mount(path: &std::path::Path, pool: &std::path::Path) -> Result<()> {
+    if !detach(path, false)? && !detach(path, true)? {
+        bail!(
+            "cannot unmount {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+    println!(
+        "unmounted {}: its pool {} no longer exists (deleted while mounted?), so what was \
+         written through this mount is gone with it",
+        path.display(),
+        pool.display()
+    );
+    Ok(())
+}
+
 /// Runs `presso unmount`.
 pub fn run(args: UnmountArgs) -> Result<()> {
     let path = std::fs::canonicalize(&args.mountpoint)
         .with_context(|| format!("cannot find {}", args.mountpoint.display()))?;
     let Some(mount) = target::mounts().into_iter().find(|m| m.mountpoint == path) else {
+        if let Some(orphan) = target::mount_of_missing_pool(&path) {
+            return remove_orphaned_mount(&path, &orphan.pool);
+        }
         bail!("{} is not a mounted Presso pool", args.mountpoint.display());
     };
     // Watch the pool's lock first: the daemon holds it until it has flushed and exited. A lock

@@ -4,6 +4,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
 
 use crate::common::*;
 
@@ -105,6 +106,40 @@ fn a_pool_in_use_is_refused() {
     busy.write_all(b"still open").unwrap();
     drop(busy);
     assert_file_eq(&f.p("busy"), b"still open");
+}
+
+/// Whether a process runs with `needle` among its arguments.
+fn process_with_argument(needle: &std::path::Path) -> bool {
+    let needle = needle.as_os_str().as_encoded_bytes();
+    std::fs::read_dir("/proc").unwrap().flatten().any(|entry| {
+        std::fs::read(entry.path().join("cmdline"))
+            .is_ok_and(|cmdline| cmdline.split(|&b| b == 0).any(|arg| arg == needle))
+    })
+}
+
+/// A pool directory deleted while mounted: `presso unmount` still takes the mount away (it
+/// answered "not a mounted Presso pool", and the mount stayed), says what happened, and the
+/// daemon exits.
+#[test]
+fn a_mount_whose_pool_was_deleted_unmounts_and_says_so() {
+    let mut f = Fixture::new("pool-deleted");
+    std::fs::write(f.p("written"), b"gone with the pool").unwrap();
+    assert!(
+        process_with_argument(&f.pool),
+        "no daemon found for the pool"
+    );
+    std::fs::remove_dir_all(&f.pool).unwrap();
+    let out = exec(presso().arg("unmount").arg(&f.mnt)).ok();
+    f.set_mounted(false);
+    assert!(!is_mounted(&f.mnt), "still mounted after: {out}");
+    assert!(
+        out.contains("no longer exists") && out.contains(&*f.pool.to_string_lossy()),
+        "the message does not say the pool is gone: {out}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(30), || !process_with_argument(&f.pool)),
+        "the daemon of the deleted pool did not exit"
+    );
 }
 
 #[test]
