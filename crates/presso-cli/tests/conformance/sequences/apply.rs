@@ -5,9 +5,10 @@
 //! holds only what POSIX fixes (the check of the rule, the sorted names), so that ext4 and Presso
 //! must agree on it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::CStr;
 use std::hash::{Hash, Hasher};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use super::ops::Op;
@@ -16,14 +17,12 @@ use crate::harness::{describe, errno_name};
 use crate::modes::write_file_new;
 use crate::sys::*;
 
-/// The side of one sequence: its directory, and what [`Op::Remount`] does there.
+/// The side of one sequence: its directory on one file system.
 pub struct Side<'a> {
     /// The sequence's directory.
     pub root: PathBuf,
     /// The tree's paths ([`super::ops::paths`]).
     pub paths: &'a [String],
-    /// Unmounts and mounts the file system again (or makes it durable, where it cannot).
-    pub remount: &'a mut dyn FnMut(),
 }
 
 impl Side<'_> {
@@ -31,8 +30,9 @@ impl Side<'_> {
         self.root.join(&self.paths[index])
     }
 
-    /// Makes `op` and tells what it saw.
-    pub fn apply(&mut self, op: &Op) -> String {
+    /// Makes `op` and tells what it saw; `remount` unmounts and mounts the file system again
+    /// (or makes it durable, where it cannot).
+    pub fn apply(&self, op: &Op, remount: &mut dyn FnMut()) -> String {
         match *op {
             Op::Mkdir { path, mode } => shown(mkdir(&self.at(path), mode)),
             Op::Create { path, len, fill } => {
@@ -75,7 +75,7 @@ impl Side<'_> {
                 Err(e) => panic!("writing /proc/sys/vm/drop_caches (needs root): {e}"),
             },
             Op::Remount => {
-                (self.remount)();
+                remount();
                 "remounted".into()
             }
             Op::Snapshot => snapshot(&self.root),
@@ -207,7 +207,9 @@ fn seek_back(dir: &Path, after: usize, buffer: usize) -> String {
     let mut problems = Vec::new();
     if rest != again {
         problems.push(format!(
-            "after seekdir: {again:?}, where the first pass gave {rest:?}"
+            "after seekdir: {}, where the first pass gave {}",
+            brief(&again),
+            brief(&rest)
         ));
     }
     let mut both: Vec<&String> = first.iter().chain(&rest).collect();
@@ -216,11 +218,13 @@ fn seek_back(dir: &Path, after: usize, buffer: usize) -> String {
     from_start.sort();
     if both != from_start {
         problems.push(format!(
-            "after rewinddir: {from_start:?}, where the first pass gave {both:?}"
+            "after rewinddir: {}, where the first pass gave {}",
+            brief(&from_start),
+            brief(&both)
         ));
     }
-    if both.windows(2).any(|w| w[0] == w[1]) {
-        problems.push(format!("a name listed twice: {both:?}"));
+    if let Some(twice) = both.windows(2).find(|w| w[0] == w[1]) {
+        problems.push(format!("{} listed twice", twice[0]));
     }
     if problems.is_empty() {
         format!("{} names, the same in every pass", whole.len())
@@ -229,10 +233,22 @@ fn seek_back(dir: &Path, after: usize, buffer: usize) -> String {
     }
 }
 
+/// Names as a failure message shows them: all of a short list, else the first ten and how many.
+fn brief<S: AsRef<str>>(names: &[S]) -> String {
+    let shown: Vec<&str> = names.iter().take(10).map(AsRef::as_ref).collect();
+    if names.len() <= 10 {
+        format!("{shown:?}")
+    } else {
+        format!("{shown:?} and {} more", names.len() - 10)
+    }
+}
+
 /// Every node under `root`, sorted by path: its stat fields, and a file's length and hash or a
 /// symlink's target.
 fn snapshot(root: &Path) -> String {
     let mut lines = Vec::new();
+    // Hard links share their bytes: each inode is read once.
+    let mut hashes: HashMap<u64, String> = HashMap::new();
     let mut pending = vec![PathBuf::new()];
     while let Some(rel) = pending.pop() {
         let dir = root.join(&rel);
@@ -249,10 +265,18 @@ fn snapshot(root: &Path) -> String {
             let mut line = format!("{}: {}", rel.display(), describe(&path));
             match kind {
                 "dir" => pending.push(rel),
-                "file" => match std::fs::read(&path) {
-                    Ok(bytes) => line += &format!(" hash {:016x}", hash(&bytes)),
-                    Err(e) => line += &format!(" read {}", io_errno(&e)),
-                },
+                "file" => {
+                    let ino = std::fs::symlink_metadata(&path).map_or(0, |m| m.ino());
+                    let read = || match std::fs::read(&path) {
+                        Ok(bytes) => format!("hash {:016x}", hash(&bytes)),
+                        Err(e) => format!("read {}", io_errno(&e)),
+                    };
+                    let shown = match ino {
+                        0 => read(),
+                        ino => hashes.entry(ino).or_insert_with(read).clone(),
+                    };
+                    line += &format!(" {shown}");
+                }
                 "symlink" => line += &format!(" -> {:?}", std::fs::read_link(&path).ok()),
                 _ => {}
             }

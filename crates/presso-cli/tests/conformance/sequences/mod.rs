@@ -23,38 +23,66 @@ use crate::harness::Env;
 use apply::Side;
 use ops::{generate, paths, Op};
 
-/// Runs `ops` on both sides in fresh directories (`run` numbers them), and removes them again.
-/// `Err` names the first operation whose results differ.
+/// Runs `ops` on both sides in fresh directories (`run` numbers them), each op on ext4 and then
+/// on Presso, and removes the directories again. `Err` names the first operation whose results
+/// differ.
 fn replay(env: &mut Env, run: usize, ops: &[Op]) -> Result<(), Failure> {
     let paths = paths();
-    let mut seen = Vec::new();
-    for (name, base) in env.sides() {
-        let root = base.join(format!("sequence-{run}"));
-        std::fs::create_dir(&root).unwrap();
-        let mut remount: Box<dyn FnMut()> = if name == "presso" {
-            Box::new(|| env.remount_presso())
-        } else {
-            Box::new(|| sync_fs(&base))
-        };
-        let mut side = Side {
-            root: root.clone(),
-            paths: &paths,
-            remount: &mut *remount,
-        };
-        seen.push(ops.iter().map(|op| side.apply(op)).collect::<Vec<_>>());
-        drop(remount);
-        std::fs::remove_dir_all(&root).unwrap();
+    let [(_, ext4_base), (_, presso_base)] = env.sides();
+    let name = format!("sequence-{run}");
+    let ext4 = Side {
+        root: ext4_base.join(&name),
+        paths: &paths,
+    };
+    let presso = Side {
+        root: presso_base.join(&name),
+        paths: &paths,
+    };
+    std::fs::create_dir(&ext4.root).unwrap();
+    std::fs::create_dir(&presso.root).unwrap();
+    let mut result = Ok(());
+    for (step, op) in ops.iter().enumerate() {
+        let on_ext4 = ext4.apply(op, &mut || sync_fs(&ext4_base));
+        let on_presso = presso.apply(op, &mut || env.remount_presso());
+        if on_ext4 != on_presso {
+            result = Err(Failure {
+                step,
+                message: format!("{op:?}:\n{}", difference(&on_ext4, &on_presso)),
+            });
+            break;
+        }
     }
-    match (0..ops.len()).find(|&i| seen[0][i] != seen[1][i]) {
-        None => Ok(()),
-        Some(step) => Err(Failure {
-            step,
-            message: format!(
-                "{:?}:\n    ext4:   {}\n    presso: {}",
-                ops[step], seen[0][step], seen[1][step]
-            ),
+    std::fs::remove_dir_all(&ext4.root).unwrap();
+    // Removing the tree is one more operation to get right (a listing that skips names fails it).
+    match (result, std::fs::remove_dir_all(&presso.root)) {
+        (Ok(()), Err(e)) => Err(Failure {
+            step: ops.len(),
+            message: format!("removing the tree afterwards (rm -rf): {e}"),
         }),
+        (result, _) => result,
     }
+}
+
+/// Two results side by side; of whole trees, only the lines that differ (at most 20 a side).
+fn difference(ext4: &str, presso: &str) -> String {
+    if !ext4.contains('\n') && !presso.contains('\n') {
+        return format!("    ext4:   {ext4}\n    presso: {presso}");
+    }
+    let only = |these: &str, those: &str| {
+        let those: std::collections::HashSet<&str> = those.lines().collect();
+        let lines: Vec<&str> = these.lines().filter(|l| !those.contains(l)).collect();
+        let shown: Vec<String> = lines
+            .iter()
+            .take(20)
+            .map(|l| format!("      {l}"))
+            .collect();
+        format!("{} lines:\n{}", lines.len(), shown.join("\n"))
+    };
+    format!(
+        "    only on ext4, {}\n    only on presso, {}",
+        only(ext4, presso),
+        only(presso, ext4)
+    )
 }
 
 /// `syncfs` of the file system holding `dir`.
