@@ -54,7 +54,7 @@ pub trait Storage: Send + Sync {
 
 /// Name of the lock file in the pool directory. It holds the process id of the last holder of
 /// the lock, for messages; the lock itself is the `flock` on it, not its existence, so the file
-/// stays when the pool is closed.
+/// stays when the pool is closed. The holder also locks the directory (see `FsDir`'s `lock`).
 pub const LOCK_FILE: &str = "presso.lock";
 
 /// How long a pool lock held under this process's own pid is waited for: a child process
@@ -350,48 +350,92 @@ impl StorageDir for FsDir {
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
+        let directory = lock_directory(&self.path)?;
         // The pid is only for the message of whoever is refused next. Failing to write it (a
         // full disk, which is exactly when the pool must still open) leaves the lock valid.
         let pid = format!("{}\n", std::process::id());
         if file.set_len(0).is_ok() {
             let _ = file.write_all_at(pid.as_bytes(), 0);
         }
-        Ok(DirLock::new(file))
+        Ok(DirLock::new((file, directory)))
+    }
+}
+
+/// Takes the `flock` of the pool directory itself, which, unlike the lock file's, nobody can
+/// delete while the pool is there: a lock file removed by hand (as stale, say) must not let a
+/// second process open the pool. `None` where the host file system has no locks on
+/// directories (the lock file's then stands alone).
+fn lock_directory(path: &Path) -> Result<Option<File>, LockError> {
+    let directory = File::open(path).map_err(LockError::Io)?;
+    // We hold the lock file's lock already: whoever holds the directory's is a process whose
+    // lock file was deleted, or a child of ours between fork and exec, which lets go at once.
+    let waiting_since = std::time::Instant::now();
+    loop {
+        match flock(&directory, libc::LOCK_EX | libc::LOCK_NB) {
+            Ok(()) => return Ok(Some(directory)),
+            Err(err) if err.raw_os_error() == Some(libc::EWOULDBLOCK) => {
+                if waiting_since.elapsed() >= OWN_LOCK_WAIT {
+                    return Err(LockError::Held { pid: None });
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Err(_) => return Ok(None),
+        }
     }
 }
 
 /// The pool lock of a directory seen from outside, by a process that does not want it but asks
 /// whether a holder is alive and waits for it to let go (as `presso unmount` waits for the
-/// daemon). Opening creates and writes nothing; [`LockWatch::is_held`] takes the lock for an
-/// instant when it is free.
+/// daemon). It watches both locks a holder takes: the [`LOCK_FILE`]'s (where there is one) and
+/// the directory's. Opening creates and writes nothing; [`LockWatch::is_held`] takes each lock
+/// for an instant when it is free.
 #[derive(Debug)]
 pub struct LockWatch {
-    file: File,
+    file: Option<File>,
+    directory: File,
 }
 
 impl LockWatch {
-    /// Opens the [`LOCK_FILE`] of the pool directory `dir`; `NotFound` if the pool has never been
-    /// opened.
+    /// Watches the pool directory `dir`; `NotFound` if there is no such directory.
     pub fn open(dir: &Path) -> io::Result<LockWatch> {
-        Ok(LockWatch {
-            file: File::open(dir.join(LOCK_FILE))?,
-        })
+        let directory = File::open(dir)?;
+        let file = match File::open(dir.join(LOCK_FILE)) {
+            Ok(file) => Some(file),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => None,
+            Err(err) => return Err(err),
+        };
+        Ok(LockWatch { file, directory })
     }
 
     /// Whether someone holds the lock now: another process, or an open store of this one.
     pub fn is_held(&self) -> io::Result<bool> {
-        match flock(&self.file, libc::LOCK_EX | libc::LOCK_NB) {
-            Ok(()) => flock(&self.file, libc::LOCK_UN).map(|()| false),
-            Err(err) if err.raw_os_error() == Some(libc::EWOULDBLOCK) => Ok(true),
-            Err(err) => Err(err),
+        for lock in self.locks() {
+            match flock(lock, libc::LOCK_EX | libc::LOCK_NB) {
+                Ok(()) => flock(lock, libc::LOCK_UN)?,
+                Err(err) if err.raw_os_error() == Some(libc::EWOULDBLOCK) => return Ok(true),
+                // No locks on directories here: the lock file's alone tells.
+                Err(_) if std::ptr::eq(lock, &self.directory) => {}
+                Err(err) => return Err(err),
+            }
         }
+        Ok(false)
     }
 
     /// Blocks until no one holds the lock (a holding process lets go when it exits, however it
     /// exits).
     pub fn wait_released(&self) -> io::Result<()> {
-        flock(&self.file, libc::LOCK_EX)?;
-        flock(&self.file, libc::LOCK_UN)
+        for lock in self.locks() {
+            match flock(lock, libc::LOCK_EX) {
+                Ok(()) => flock(lock, libc::LOCK_UN)?,
+                Err(_) if std::ptr::eq(lock, &self.directory) => {}
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(())
+    }
+
+    fn locks(&self) -> impl Iterator<Item = &File> {
+        self.file.iter().chain([&self.directory])
     }
 }
 

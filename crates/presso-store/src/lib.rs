@@ -12,7 +12,8 @@
 //! All I/O goes through the [`io::Storage`] / [`io::StorageDir`] traits: real files
 //! ([`io::FsDir`]) or a simulation with crashes, torn writes and injected faults ([`sim::SimDir`]).
 //!
-//! An open [`Store`] holds the pool's exclusive lock (an `flock` on `presso.lock`): a second
+//! An open [`Store`] holds the pool's exclusive lock (an `flock` on `presso.lock` and one on the
+//! pool directory, which holds even when the lock file is deleted by hand): a second
 //! open, from any process, fails with [`StoreError::InUse`]. [`LockWatch`] lets another process
 //! ask whether the lock is held and wait until it is released.
 //!

@@ -131,11 +131,38 @@ fn a_lock_watch_sees_the_holder_and_waits_until_it_lets_go() {
 }
 
 #[test]
-fn a_lock_watch_on_a_pool_never_opened_is_not_found_and_creates_nothing() {
+fn a_lock_watch_on_a_pool_never_opened_sees_no_holder_and_creates_nothing() {
+    let _serial = REAL_LOCKS.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = TempDir::new("nowatch");
-    let err = LockWatch::open(tmp.path()).unwrap_err();
-    assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+    let watch = LockWatch::open(tmp.path()).unwrap();
+    assert!(!watch.is_held().unwrap());
+    watch.wait_released().unwrap();
     assert!(!tmp.path().join(LOCK_FILE).exists());
+    let err = LockWatch::open(&tmp.path().join("missing")).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+}
+
+/// The lock file deleted while the pool is open (by hand, say, as stale): a second open is
+/// still refused, and a watch still sees the holder and waits for it. With the lock on the
+/// file alone, the second open made a new file and took its lock: two writers of one pool.
+#[test]
+fn a_deleted_lock_file_lets_no_second_open_in() {
+    let _serial = REAL_LOCKS.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = TempDir::new("lockdeleted");
+    let store = Store::create(tmp.dir(), Default::default(), config(1 << 20)).unwrap();
+    std::fs::remove_file(tmp.path().join(LOCK_FILE)).unwrap();
+    assert_in_use(
+        Store::open(tmp.dir(), config(1 << 20), &Committed::default()).unwrap_err(),
+        None,
+    );
+    let watch = LockWatch::open(tmp.path()).unwrap();
+    assert!(watch.is_held().unwrap());
+    drop(store);
+    assert!(!watch.is_held().unwrap());
+    watch.wait_released().unwrap();
+    let store = Store::open(tmp.dir(), config(1 << 20), &Committed::default()).unwrap();
+    store.append(b"after the lock file came back").unwrap();
+    assert!(tmp.path().join(LOCK_FILE).exists());
 }
 
 /// Not a test on its own: the process that holds the lock for

@@ -142,6 +142,36 @@ fn a_mount_whose_pool_was_deleted_unmounts_and_says_so() {
     );
 }
 
+/// The pool's lock file deleted by hand while mounted: a second mount is still refused as in
+/// use, and `presso unmount` still commits, waits for the daemon and says everything is in the
+/// pool (it took the daemon for dead: "its daemon had stopped").
+#[test]
+fn a_deleted_lock_file_keeps_the_pool_locked_and_unmount_right() {
+    let mut f = Fixture::new("lock-deleted");
+    std::fs::write(f.p("kept"), b"committed at unmount").unwrap();
+    std::fs::remove_file(f.pool.join("presso.lock")).unwrap();
+    let other = f.scratch("mnt2");
+    std::fs::create_dir(&other).unwrap();
+    let err = exec(presso().arg("mount").arg(&f.pool).arg(&other)).fails();
+    assert!(
+        err.contains("in use"),
+        "a second mount was not refused: {err}"
+    );
+    assert!(!is_mounted(&other));
+    let out = exec(presso().arg("unmount").arg(&f.mnt)).ok();
+    f.set_mounted(false);
+    assert!(
+        out.contains("everything written is in"),
+        "unmount did not commit through the daemon: {out}"
+    );
+    assert!(
+        !process_with_argument(&f.pool),
+        "unmount returned before the daemon exited"
+    );
+    f.mount(&[]);
+    assert_file_eq(&f.p("kept"), b"committed at unmount");
+}
+
 #[test]
 fn bad_input_is_refused_with_a_clear_message() {
     let f = Fixture::new("badinput");
