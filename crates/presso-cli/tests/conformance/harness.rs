@@ -25,8 +25,13 @@ pub struct Env {
 }
 
 impl Env {
-    /// Mounts both file systems for `topic`.
+    /// Mounts both file systems for `topic`, ext4 on a 32 MB image.
     pub fn new(topic: &str) -> Env {
+        Env::with_megabytes(topic, 32)
+    }
+
+    /// Mounts both file systems for `topic`, ext4 on an image of `megabytes`.
+    pub fn with_megabytes(topic: &str, megabytes: u64) -> Env {
         require_root("it loop-mounts ext4, makes device nodes and acts as other users");
         require_tool("mkfs.ext4", "e2fsprogs");
         require_tool("losetup", "mount");
@@ -34,7 +39,7 @@ impl Env {
         let ext4 = LoopMount::with_options(
             scratch.path().join("ext4.img"),
             scratch.path().join("ext4"),
-            32,
+            megabytes,
             // 4 KiB blocks as on any ext4 of ordinary size (mkfs picks 1 KiB for small ones,
             // which shortens symlink targets and the room for xattrs).
             &["-b", "4096"],

@@ -9,7 +9,8 @@ use crate::common::{c_path, errno};
 /// A system call's result: its non-negative return value, or the errno.
 pub type Res = Result<i64, i32>;
 
-fn check(rc: i64) -> Res {
+/// A raw return value as a [`Res`]: the errno when negative.
+pub fn check(rc: i64) -> Res {
     if rc < 0 {
         Err(errno())
     } else {

@@ -44,10 +44,25 @@ impl Side<'_> {
             Op::Truncate { path, len } => shown(truncate(&self.at(path), len)),
             Op::Unlink { path } => shown(unlink(&self.at(path))),
             Op::Rmdir { path } => shown(rmdir(&self.at(path))),
+            Op::RemoveTree { path } => match std::fs::remove_dir_all(self.at(path)) {
+                Ok(()) => "ok".into(),
+                Err(e) => io_errno(&e),
+            },
             Op::Link { from, to } => shown(link(&self.at(from), &self.at(to))),
             Op::Symlink { target, path } => shown(symlink(&self.paths[target], &self.at(path))),
             Op::Rename { from, to, flags } => shown(rename(&self.at(from), &self.at(to), flags)),
             Op::Chmod { path, mode } => shown(chmod(&self.at(path), mode)),
+            Op::OpenUnlinked { path, len, fill } => open_unlinked(&self.at(path), len, fill),
+            Op::Fsync { path } => {
+                let fd = match open(&self.at(path), libc::O_RDONLY, 0) {
+                    Ok(fd) => fd,
+                    Err(e) => return errno_name(e),
+                };
+                // SAFETY: a descriptor `open` just returned.
+                let synced = check(unsafe { libc::fsync(fd as i32) }.into());
+                let _ = close(fd);
+                shown(synced)
+            }
             Op::Stat { path } => describe(&self.at(path)),
             Op::Read { path } => match std::fs::read(self.at(path)) {
                 Ok(bytes) => format!("{} bytes, hash {:016x}", bytes.len(), hash(&bytes)),
@@ -181,6 +196,30 @@ impl Side<'_> {
             }
         )
     }
+}
+
+/// A file unlinked while open stays readable and writable through its descriptor until closed.
+fn open_unlinked(path: &Path, len: usize, fill: u8) -> String {
+    let fd = match open(path, libc::O_RDWR | libc::O_APPEND, 0) {
+        Ok(fd) => fd,
+        Err(e) => return errno_name(e),
+    };
+    let unlinked = shown(unlink(path));
+    let written = shown(write(fd, &vec![fill; len]));
+    // SAFETY: an all-zero stat is a valid value for fstat to fill, of a descriptor we hold.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let stat = check(unsafe { libc::fstat(fd as i32, &mut st) }.into());
+    let bytes = match pread(fd, st.st_size as usize + 1, 0) {
+        Ok(bytes) => format!("{} bytes, hash {:016x}", bytes.len(), hash(&bytes)),
+        Err(e) => errno_name(e),
+    };
+    let closed = shown(close(fd));
+    format!(
+        "unlink {unlinked}; write {written}; fstat {}: nlink {} size {}; read {bytes}; close {closed}",
+        shown(stat),
+        st.st_nlink,
+        st.st_size
+    )
 }
 
 /// Lists `dir` to its end, goes back to where it was after `after` entries and lists the rest

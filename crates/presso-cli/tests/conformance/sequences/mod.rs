@@ -112,17 +112,31 @@ fn seeds() -> Vec<u64> {
     vec![0x5E0_0015, clock]
 }
 
-fn listing(ops: &[Op]) -> String {
-    let mut text = String::new();
-    for (i, op) in ops.iter().enumerate() {
-        let _ = writeln!(text, "  {i:5}: {op:?}");
-    }
-    text
+/// Operations printed in a failure message at most (all of them go to a file).
+const PRINTED: usize = 300;
+
+/// The last [`PRINTED`] of `ops`, numbered, and where the whole sequence was saved.
+fn listing(seed: u64, ops: &[Op]) -> String {
+    let numbered = |from: usize| {
+        let mut text = String::new();
+        for (i, op) in ops.iter().enumerate().skip(from) {
+            let _ = writeln!(text, "  {i:5}: {op:?}");
+        }
+        text
+    };
+    let file = std::env::temp_dir().join(format!("presso-sequence-{seed}.log"));
+    let saved = match std::fs::write(&file, numbered(0)) {
+        Ok(()) => format!("all {} operations are in {}", ops.len(), file.display()),
+        Err(e) => format!("could not save them to {}: {e}", file.display()),
+    };
+    let from = ops.len().saturating_sub(PRINTED);
+    format!("{saved}; from step {from}:\n{}", numbered(from))
 }
 
 #[test]
 fn random_namespace_sequences_match_ext4() {
-    let mut env = Env::new("sequences");
+    // Room for what a long run leaves (ext4 refusing a file for lack of room differs).
+    let mut env = Env::with_megabytes("sequences", 512);
     let count = ops_per_seed();
     let mut runs = 0;
     for seed in seeds() {
@@ -166,7 +180,7 @@ fn random_namespace_sequences_match_ext4() {
             shrunk.ops.len(),
             shrunk.failure.step,
             shrunk.failure.message,
-            listing(&shrunk.ops)
+            listing(seed, &shrunk.ops)
         );
     }
     env.assert_presso_log_clean();

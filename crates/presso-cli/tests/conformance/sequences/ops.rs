@@ -49,6 +49,8 @@ pub enum Op {
     Unlink { path: usize },
     /// `rmdir(path)`.
     Rmdir { path: usize },
+    /// `rm -rf path`: also what renames moved deeper than the paths reach.
+    RemoveTree { path: usize },
     /// `link(from, to)`.
     Link { from: usize, to: usize },
     /// `symlink(the relative path of target, path)`.
@@ -57,6 +59,11 @@ pub enum Op {
     Rename { from: usize, to: usize, flags: u32 },
     /// `chmod(path, mode)`.
     Chmod { path: usize, mode: u32 },
+    /// Opens `path` read-write, unlinks it, appends `len` bytes of `fill` through the
+    /// descriptor, and tells its link count, size and bytes before closing it.
+    OpenUnlinked { path: usize, len: usize, fill: u8 },
+    /// Opens `path` (a file or a directory) and `fsync`s it.
+    Fsync { path: usize },
     /// The stat fields of `path`, not following a symlink.
     Stat { path: usize },
     /// The bytes of `path` (following a symlink).
@@ -144,7 +151,8 @@ fn one(rng: &mut Rng, n: usize) -> Op {
             len: rng.below(80_000) as i64,
         },
         345..=424 => Op::Unlink { path },
-        425..=474 => Op::Rmdir { path },
+        425..=459 => Op::Rmdir { path },
+        460..=474 => Op::RemoveTree { path },
         475..=554 => Op::Link {
             from: path,
             to: other,
@@ -162,8 +170,10 @@ fn one(rng: &mut Rng, n: usize) -> Op {
                 _ => 0,
             },
         },
-        705..=729 => Op::Chmod { path, mode },
-        730..=779 => Op::Stat { path },
+        705..=719 => Op::Chmod { path, mode },
+        720..=739 => Op::OpenUnlinked { path, len, fill },
+        740..=749 => Op::Fsync { path },
+        750..=779 => Op::Stat { path },
         780..=819 => Op::Read { path },
         820..=869 => Op::List { dir },
         870..=894 => Op::Populate {
