@@ -32,13 +32,20 @@ pub struct Shrunk<O> {
 }
 
 impl<O> Shrunk<O> {
-    /// " (stopped by the replay or time bound)" when the bounds cut it short, else nothing.
-    pub fn bound_note(&self) -> &'static str {
-        if self.cut_short {
-            " (stopped by the replay or time bound)"
-        } else {
-            ""
-        }
+    /// "shrunk in R replays to N operations, failing at step S: what differed".
+    pub fn summary(&self) -> String {
+        format!(
+            "shrunk in {} replays{} to {} operations, failing at step {}: {}",
+            self.replays,
+            if self.cut_short {
+                " (stopped by the replay or time bound)"
+            } else {
+                ""
+            },
+            self.ops.len(),
+            self.failure.step,
+            self.failure.message
+        )
     }
 }
 

@@ -104,15 +104,10 @@ fn report(config: &Config, seed: u64, per_seed: usize, ops: Vec<Op>, failure: Fa
         );
     };
     panic!(
-        "exerciser mismatch on {config}, seed {seed} (replay: {replay}), step {}: {}\n\
-         shrunk in {} replays{} to {} operations, failing at step {}: {}\n{}",
+        "exerciser mismatch on {config}, seed {seed} (replay: {replay}), step {}: {}\n{}\n{}",
         failure.step,
         failure.message,
-        shrunk.replays,
-        shrunk.bound_note(),
-        shrunk.ops.len(),
-        shrunk.failure.step,
-        shrunk.failure.message,
+        shrunk.summary(),
         listing(&shrunk.ops)
     );
 }

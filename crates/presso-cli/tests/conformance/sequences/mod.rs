@@ -171,15 +171,10 @@ fn random_namespace_sequences_match_ext4() {
             );
         };
         panic!(
-            "Presso differs from ext4, seed {seed} ({replay_cmd}), step {}: {}\n\
-             shrunk in {} replays{} to {} operations, differing at step {}: {}\n{}",
+            "Presso differs from ext4, seed {seed} ({replay_cmd}), step {}: {}\n{}\n{}",
             failure.step,
             failure.message,
-            shrunk.replays,
-            shrunk.bound_note(),
-            shrunk.ops.len(),
-            shrunk.failure.step,
-            shrunk.failure.message,
+            shrunk.summary(),
             listing(seed, &shrunk.ops)
         );
     }
