@@ -4,7 +4,7 @@
 //! `presso mount -f` child that a test can `kill -9`, [`data`] makes deterministic data,
 //! [`compare`] checks files and trees, [`loopdisk`] loop-mounts a small ext4 image,
 //! [`syscalls`] wraps the system calls tests make directly, and [`shrink`] shrinks a failing
-//! sequence of operations.
+//! sequence of operations; [`shared`] makes shared pools on the test servers.
 
 #![allow(dead_code, unused_imports)]
 
@@ -14,6 +14,7 @@ pub mod data;
 pub mod loopdisk;
 pub mod mount;
 pub mod process;
+pub mod shared;
 pub mod shrink;
 pub mod syscalls;
 

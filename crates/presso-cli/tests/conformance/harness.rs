@@ -36,15 +36,7 @@ impl Env {
         require_tool("mkfs.ext4", "e2fsprogs");
         require_tool("losetup", "mount");
         let scratch = scratch_dir(&format!("conformance-{topic}"));
-        let ext4 = LoopMount::with_options(
-            scratch.path().join("ext4.img"),
-            scratch.path().join("ext4"),
-            megabytes,
-            // 4 KiB blocks as on any ext4 of ordinary size (mkfs picks 1 KiB for small ones,
-            // which shortens symlink targets and the room for xattrs).
-            &["-b", "4096"],
-            &["noatime"],
-        );
+        let ext4 = reference_ext4(scratch.path(), megabytes);
         let mut presso = Fixture::create_in(
             scratch.path().join("pool"),
             scratch.path().join("presso"),
@@ -78,6 +70,20 @@ impl Env {
     pub fn assert_presso_log_clean(&self) {
         self.presso.assert_log_clean();
     }
+}
+
+/// The reference ext4: a fresh image of `megabytes` in `scratch`, loop-mounted with `noatime`
+/// at `scratch/ext4`.
+pub fn reference_ext4(scratch: &Path, megabytes: u64) -> LoopMount {
+    LoopMount::with_options(
+        scratch.join("ext4.img"),
+        scratch.join("ext4"),
+        megabytes,
+        // 4 KiB blocks as on any ext4 of ordinary size (mkfs picks 1 KiB for small ones,
+        // which shortens symlink targets and the room for xattrs).
+        &["-b", "4096"],
+        &["noatime"],
+    )
 }
 
 /// What one scenario saw on one side: a list of (step, observation).

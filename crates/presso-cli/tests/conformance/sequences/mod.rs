@@ -6,12 +6,17 @@
 //! tree every 50 operations compared. On a difference the sequence is shrunk to a minimal one
 //! that still differs, replaying parts of it on both sides.
 //!
+//! The same sequences run on a shared pool too (metadata in PostgreSQL, data in SeaweedFS,
+//! started by the test), whose mount lists directories through handles, and whose remount is a
+//! new client.
+//!
 //! - `PRESSO_NSEQ_OPS=N`: operations per seed (default 3,000, two seeds).
 //! - `PRESSO_NSEQ_SEED=S`: run only seed `S` (default: a fixed seed and one from the clock,
 //!   printed).
 
 mod apply;
 mod ops;
+mod sides;
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -19,16 +24,16 @@ use std::time::Instant;
 
 use crate::common::shrink::{shrink, Failure};
 use crate::common::Rng;
-use crate::harness::Env;
 use apply::Side;
 use ops::{generate, paths, Op};
+use sides::{LocalPool, SharedPoolSides, Sides};
 
 /// Runs `ops` on both sides in fresh directories (`run` numbers them), each op on ext4 and then
 /// on Presso, and removes the directories again. `Err` names the first operation whose results
 /// differ.
-fn replay(env: &mut Env, run: usize, ops: &[Op]) -> Result<(), Failure> {
+fn replay(sides: &mut dyn Sides, run: usize, ops: &[Op]) -> Result<(), Failure> {
     let paths = paths();
-    let [(_, ext4_base), (_, presso_base)] = env.sides();
+    let (ext4_base, presso_base) = sides.bases();
     let name = format!("sequence-{run}");
     let ext4 = Side {
         root: ext4_base.join(&name),
@@ -43,7 +48,7 @@ fn replay(env: &mut Env, run: usize, ops: &[Op]) -> Result<(), Failure> {
     let mut result = Ok(());
     for (step, op) in ops.iter().enumerate() {
         let on_ext4 = ext4.apply(op, &mut || sync_fs(&ext4_base));
-        let on_presso = presso.apply(op, &mut || env.remount_presso());
+        let on_presso = presso.apply(op, &mut || sides.remount_presso());
         if on_ext4 != on_presso {
             result = Err(Failure {
                 step,
@@ -86,7 +91,7 @@ fn difference(ext4: &str, presso: &str) -> String {
 }
 
 /// `syncfs` of the file system holding `dir`.
-fn sync_fs(dir: &Path) {
+pub fn sync_fs(dir: &Path) {
     let file = std::fs::File::open(dir).unwrap();
     // SAFETY: a file descriptor this function owns.
     assert_eq!(
@@ -124,7 +129,7 @@ fn listing(seed: u64, ops: &[Op]) -> String {
         }
         text
     };
-    let file = std::env::temp_dir().join(format!("presso-sequence-{seed}.log"));
+    let file = std::env::temp_dir().join(format!("presso-sequence-{seed}-{}.log", ops.len()));
     let saved = match std::fs::write(&file, numbered(0)) {
         Ok(()) => format!("all {} operations are in {}", ops.len(), file.display()),
         Err(e) => format!("could not save them to {}: {e}", file.display()),
@@ -133,50 +138,58 @@ fn listing(seed: u64, ops: &[Op]) -> String {
     format!("{saved}; from step {from}:\n{}", numbered(from))
 }
 
-#[test]
-fn random_namespace_sequences_match_ext4() {
-    // Room for what a long run leaves (ext4 refusing a file for lack of room differs).
-    let mut env = Env::with_megabytes("sequences", 512);
-    let count = ops_per_seed();
+/// Runs `count` operations of each of `seeds` on `sides`; on a difference, shrinks it and fails.
+fn run_seeds(sides: &mut dyn Sides, seeds: &[u64], count: usize) {
     let mut runs = 0;
-    for seed in seeds() {
+    for &seed in seeds {
         let replay_cmd = format!("PRESSO_NSEQ_SEED={seed} PRESSO_NSEQ_OPS={count}");
         let ops = generate(&mut Rng::new(seed), count);
         let started = Instant::now();
         runs += 1;
-        let Err(failure) = replay(&mut env, runs, &ops) else {
+        let Err(failure) = replay(sides, runs, &ops) else {
             let slow = ops.iter().filter(|op| op.expensive()).count();
             eprintln!(
-                "sequences: seed {seed}: {} operations ({slow} cache drops and remounts) alike \
-                 on ext4 and Presso in {:.1?}",
+                "sequences on {}: seed {seed}: {} operations ({slow} cache drops and remounts) \
+                 alike on ext4 and Presso in {:.1?}",
+                sides.name(),
                 ops.len(),
                 started.elapsed()
             );
             continue;
         };
+        let what = format!(
+            "Presso ({}) differs from ext4, seed {seed} ({replay_cmd}), step {}: {}",
+            sides.name(),
+            failure.step,
+            failure.message
+        );
+        let upto = &ops[..(failure.step + 1).min(ops.len())];
         eprintln!(
-            "Presso differs from ext4, seed {seed} ({replay_cmd}), step {}: {}\n\
-             shrinking by replaying parts of the sequence on both",
-            failure.step, failure.message
+            "{what}\n{}\nshrinking by replaying parts of the sequence on both",
+            listing(seed, upto)
         );
         let shrunk = shrink(ops, &failure, |ops| {
             runs += 1;
-            replay(&mut env, runs, ops)
+            replay(sides, runs, ops)
         });
         let Some(shrunk) = shrunk else {
-            panic!(
-                "Presso differs from ext4, seed {seed} ({replay_cmd}), step {}: {} \
-                 (not again when replayed, so not shrunk)",
-                failure.step, failure.message
-            );
+            panic!("{what} (not again when replayed, so not shrunk)");
         };
         panic!(
-            "Presso differs from ext4, seed {seed} ({replay_cmd}), step {}: {}\n{}\n{}",
-            failure.step,
-            failure.message,
+            "{what}\n{}\n{}",
             shrunk.summary(),
             listing(seed, &shrunk.ops)
         );
     }
-    env.assert_presso_log_clean();
+    sides.assert_presso_log_clean();
+}
+
+#[test]
+fn random_namespace_sequences_match_ext4() {
+    run_seeds(&mut LocalPool::new(), &seeds(), ops_per_seed());
+}
+
+#[test]
+fn random_namespace_sequences_on_a_shared_pool_match_ext4() {
+    run_seeds(&mut SharedPoolSides::new(), &seeds(), ops_per_seed());
 }
