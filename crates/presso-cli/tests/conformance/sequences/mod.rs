@@ -15,6 +15,7 @@
 //!   printed).
 
 mod apply;
+mod dir_stream;
 mod ops;
 mod sides;
 

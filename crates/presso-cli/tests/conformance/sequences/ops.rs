@@ -64,6 +64,21 @@ pub enum Op {
     OpenUnlinked { path: usize, len: usize, fill: u8 },
     /// Opens `path` (a file or a directory) and `fsync`s it.
     Fsync { path: usize },
+    /// `lchown(path, uid, gid)`.
+    Chown { path: usize, uid: u32, gid: u32 },
+    /// `lsetxattr(path, user.NAME, len bytes of fill, flags)`: flags 0, `XATTR_CREATE` or
+    /// `XATTR_REPLACE`.
+    SetXattr {
+        path: usize,
+        name: u8,
+        len: usize,
+        fill: u8,
+        flags: i32,
+    },
+    /// `lremovexattr(path, user.NAME)`.
+    RemoveXattr { path: usize, name: u8 },
+    /// The extended attributes of `path`: names, and each value's length and hash.
+    Xattrs { path: usize },
     /// The stat fields of `path`, not following a symlink.
     Stat { path: usize },
     /// The bytes of `path` (following a symlink).
@@ -142,7 +157,7 @@ fn one(rng: &mut Rng, n: usize) -> Op {
     // From a few entries per call (a kernel reply each) to glibc's usual 32 KiB.
     let buffer = [64, 200, 1_000, 4_096, 32_768][rng.below(5) as usize];
     let mode = [0o755, 0o700, 0o644, 0o600, 0o1777, 0o2755][rng.below(6) as usize];
-    match rng.below(1000) {
+    match rng.below(1070) {
         0..=119 => Op::Mkdir { path, mode },
         120..=259 => Op::Create { path, len, fill },
         260..=309 => Op::Append { path, len, fill },
@@ -171,6 +186,23 @@ fn one(rng: &mut Rng, n: usize) -> Op {
             },
         },
         705..=719 => Op::Chmod { path, mode },
+        1000..=1009 => Op::Chown {
+            path,
+            uid: [0, 1001][rng.below(2) as usize],
+            gid: [0, 1001][rng.below(2) as usize],
+        },
+        1010..=1039 => Op::SetXattr {
+            path,
+            name: rng.below(3) as u8,
+            len: rng.below(200) as usize,
+            fill,
+            flags: [0, 0, libc::XATTR_CREATE, libc::XATTR_REPLACE][rng.below(4) as usize],
+        },
+        1040..=1049 => Op::RemoveXattr {
+            path,
+            name: rng.below(3) as u8,
+        },
+        1050..=1069 => Op::Xattrs { path },
         720..=739 => Op::OpenUnlinked { path, len, fill },
         740..=749 => Op::Fsync { path },
         750..=779 => Op::Stat { path },
