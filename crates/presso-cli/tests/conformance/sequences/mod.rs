@@ -1,10 +1,11 @@
 //! Random namespace sequences, differential: seeded sequences of mkdir, create, append,
-//! truncate, unlink, rmdir, link, symlink, rename (plain, `RENAME_NOREPLACE`, `RENAME_EXCHANGE`),
-//! chmod, stat, reads, listings (also paused while entries are removed and created, and resumed
-//! with `seekdir`), directories filled with hundreds of names or hard links and emptied again,
-//! cache drops and remounts, made on ext4 and on a Presso mount, and every result and the whole
-//! tree every 50 operations compared. On a difference the sequence is shrunk to a minimal one
-//! that still differs, replaying parts of it on both sides.
+//! truncate, unlink, rmdir, `rm -rf`, link, symlink, rename (plain, `RENAME_NOREPLACE`,
+//! `RENAME_EXCHANGE`), chmod, lchown, extended attributes, stat, reads, a file unlinked while
+//! open, fsync, listings (also paused while entries are removed and created, and resumed with
+//! `seekdir`), directories filled with hundreds of names or hard links and emptied again, cache
+//! drops and remounts, made on ext4 and on a Presso mount, and every result and the whole tree
+//! every 50 operations compared. On a difference the sequence is shrunk to a minimal one that
+//! still differs, replaying parts of it on both sides.
 //!
 //! The same sequences run on a shared pool too (metadata in PostgreSQL, data in SeaweedFS,
 //! started by the test), whose mount lists directories through handles, and whose remount is a
