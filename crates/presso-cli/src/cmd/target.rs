@@ -46,15 +46,16 @@ pub fn parse_mountinfo_line(line: &str) -> Option<Mount> {
     parse_fuse_line(line).filter(|m| is_pool(&m.pool))
 }
 
-/// The FUSE mount at `mountpoint` whose source, an absolute path, no longer exists: a pool
-/// directory deleted while mounted, which [`mounts`] cannot recognise as a pool any more.
-pub fn mount_of_missing_pool(mountpoint: &Path) -> Option<Mount> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    text.lines().filter_map(parse_fuse_line).find(|m| {
-        m.mountpoint == mountpoint
-            && m.pool.is_absolute()
-            && std::fs::symlink_metadata(&m.pool).is_err()
-    })
+/// The FUSE mounts whose source, an absolute path, no longer exists: pool directories deleted
+/// while mounted, which [`mounts`] cannot recognise as pools any more.
+pub fn orphaned_mounts() -> Vec<Mount> {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(parse_fuse_line)
+        .filter(|m| m.pool.is_absolute() && std::fs::symlink_metadata(&m.pool).is_err())
+        .collect()
 }
 
 /// Parses one mountinfo line, keeping `fuse` and `fuse.presso` mounts.
@@ -124,6 +125,20 @@ pub fn resolve(path: &Path) -> Result<Target> {
         .filter(|m| canonical.starts_with(&m.mountpoint))
         .max_by_key(|m| m.mountpoint.as_os_str().len());
     let Some(mount) = mount else {
+        let orphans = orphaned_mounts();
+        if let Some(orphan) = orphans
+            .iter()
+            .filter(|m| canonical.starts_with(&m.mountpoint))
+            .max_by_key(|m| m.mountpoint.as_os_str().len())
+        {
+            bail!(
+                "{} is mounted from the pool {}, which no longer exists (deleted while \
+                 mounted?); unmount it with `presso unmount {}`",
+                orphan.mountpoint.display(),
+                orphan.pool.display(),
+                orphan.mountpoint.display()
+            );
+        }
         bail!(
             "{} is neither a Presso pool directory nor inside a mounted pool (create one with `presso create`, mount it with `presso mount`)",
             path.display()

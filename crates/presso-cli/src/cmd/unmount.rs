@@ -106,7 +106,10 @@ pub fn run(args: UnmountArgs) -> Result<()> {
     let path = std::fs::canonicalize(&args.mountpoint)
         .with_context(|| format!("cannot find {}", args.mountpoint.display()))?;
     let Some(mount) = target::mounts().into_iter().find(|m| m.mountpoint == path) else {
-        if let Some(orphan) = target::mount_of_missing_pool(&path) {
+        if let Some(orphan) = target::orphaned_mounts()
+            .into_iter()
+            .find(|m| m.mountpoint == path)
+        {
             return remove_orphaned_mount(&path, &orphan.pool);
         }
         bail!("{} is not a mounted Presso pool", args.mountpoint.display());

@@ -117,9 +117,10 @@ fn process_with_argument(needle: &std::path::Path) -> bool {
     })
 }
 
-/// A pool directory deleted while mounted: `presso unmount` still takes the mount away (it
-/// answered "not a mounted Presso pool", and the mount stayed), says what happened, and the
-/// daemon exits.
+/// A pool directory deleted while mounted: `presso status` says so and what to do (it answered
+/// "neither a Presso pool directory nor inside a mounted pool"), `presso unmount` still takes
+/// the mount away (it answered "not a mounted Presso pool", and the mount stayed) and says what
+/// happened, and the daemon exits.
 #[test]
 fn a_mount_whose_pool_was_deleted_unmounts_and_says_so() {
     let mut f = Fixture::new("pool-deleted");
@@ -129,6 +130,11 @@ fn a_mount_whose_pool_was_deleted_unmounts_and_says_so() {
         "no daemon found for the pool"
     );
     std::fs::remove_dir_all(&f.pool).unwrap();
+    let err = exec(presso().arg("status").arg(&f.mnt)).fails();
+    assert!(
+        err.contains("no longer exists") && err.contains("presso unmount"),
+        "status does not say the pool is gone and what to do: {err}"
+    );
     let out = exec(presso().arg("unmount").arg(&f.mnt)).ok();
     f.set_mounted(false);
     assert!(!is_mounted(&f.mnt), "still mounted after: {out}");
