@@ -14,8 +14,8 @@ use presso_objects::test_server::{TestServer as S3, ACCESS_KEY, SECRET_KEY};
 const COMMAND_LIMIT: Duration =
     Duration::from_secs(presso_fs::pool::DEFAULT_SERVER_TIMEOUT.as_secs() + 60);
 
-/// Runs `cmd` as [`super::exec`] does, within [`COMMAND_LIMIT`]; when it hangs, the failure shows the
-/// object store's last log lines too.
+/// Runs `cmd` as [`super::exec`] does, within [`COMMAND_LIMIT`]; when it hangs, the failure
+/// shows the object store's last log lines too.
 pub fn exec_logging_the_store(cmd: impl std::borrow::BorrowMut<Command>) -> Output {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         exec_within(cmd, COMMAND_LIMIT)

@@ -259,7 +259,8 @@ fn open_unlinked(path: &Path, len: usize, fill: u8) -> String {
     };
     let closed = shown(close(fd));
     format!(
-        "unlink {unlinked}; write {written}; fstat {}: nlink {} size {}; read {bytes}; close {closed}",
+        "unlink {unlinked}; write {written}; fstat {}: nlink {} size {}; read {bytes}; \
+         close {closed}",
         shown(stat),
         st.st_nlink,
         st.st_size
