@@ -186,23 +186,6 @@ fn one(rng: &mut Rng, n: usize) -> Op {
             },
         },
         705..=719 => Op::Chmod { path, mode },
-        1000..=1009 => Op::Chown {
-            path,
-            uid: [0, 1001][rng.below(2) as usize],
-            gid: [0, 1001][rng.below(2) as usize],
-        },
-        1010..=1039 => Op::SetXattr {
-            path,
-            name: rng.below(3) as u8,
-            len: rng.below(200) as usize,
-            fill,
-            flags: [0, 0, libc::XATTR_CREATE, libc::XATTR_REPLACE][rng.below(4) as usize],
-        },
-        1040..=1049 => Op::RemoveXattr {
-            path,
-            name: rng.below(3) as u8,
-        },
-        1050..=1069 => Op::Xattrs { path },
         720..=739 => Op::OpenUnlinked { path, len, fill },
         740..=749 => Op::Fsync { path },
         750..=779 => Op::Stat { path },
@@ -230,6 +213,23 @@ fn one(rng: &mut Rng, n: usize) -> Op {
             buffer,
         },
         992..=996 => Op::DropCaches,
-        _ => Op::Remount,
+        997..=999 => Op::Remount,
+        1000..=1009 => Op::Chown {
+            path,
+            uid: [0, 1001][rng.below(2) as usize],
+            gid: [0, 1001][rng.below(2) as usize],
+        },
+        1010..=1039 => Op::SetXattr {
+            path,
+            name: rng.below(3) as u8,
+            len: rng.below(200) as usize,
+            fill,
+            flags: [0, 0, libc::XATTR_CREATE, libc::XATTR_REPLACE][rng.below(4) as usize],
+        },
+        1040..=1049 => Op::RemoveXattr {
+            path,
+            name: rng.below(3) as u8,
+        },
+        _ => Op::Xattrs { path },
     }
 }
