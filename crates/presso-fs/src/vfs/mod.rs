@@ -368,11 +368,17 @@ impl Vfs {
         Ok(self.opened(&node))
     }
 
-    fn opened(&self, node: &FileNode) -> u64 {
+    fn opened(&self, node: &Arc<FileNode>) -> u64 {
         // The handle first: a file counted open always has one (`open_set`).
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.handles.lock().insert(fh, node.ino);
-        node.state.lock().open += 1;
+        // A file counted open always has its node in the map, where a name change looks to
+        // tell an open orphan from a closed one. A group commit since the node was made may
+        // have forgotten it (not open yet): it goes back, or the node made since counts the
+        // open. Counted under the map's lock, which the forgetting holds.
+        let mut files = self.files.lock();
+        let live = files.entry(node.ino).or_insert_with(|| node.clone());
+        live.state.lock().open += 1;
         fh
     }
 

@@ -140,3 +140,37 @@ fn a_file_unlinked_while_open_lives_until_its_last_close() {
     );
     assert_eq!(orphan_records_at_next_mount(&dir, &meta, vfs), 0);
 }
+
+/// A group commit between a new file's node and its open count (CREATE makes the node, then
+/// counts the open) forgot the node as a closed file. An UNLINK then took the open file for
+/// closed and removed its inode, and the file's later writes and fsync failed with ENOENT.
+#[test]
+fn a_group_commit_between_a_files_node_and_its_open_keeps_the_file_open() {
+    let (dir, meta) = uncompressed_pool();
+    let (pool, _) = open_pool(&dir, &meta);
+    let config = VfsConfig {
+        reclaim: None,
+        ..VfsConfig::default()
+    };
+    let vfs = Vfs::new(pool, config);
+    let attr = vfs
+        .make_node(ROOT_INO, b"f", &NewNode::file(0o644, 0, 0))
+        .expect("create f");
+    let node = vfs.node_with(attr.clone(), None).expect("its node");
+    vfs.committed(&[], u64::MAX);
+    let fh = vfs.opened(&node);
+    vfs.unlink(ROOT_INO, b"f").expect("unlink");
+    vfs.write(attr.ino, 0, &[7; LEN])
+        .expect("write the open orphan");
+    vfs.fsync(attr.ino).expect("fsync the open orphan");
+    assert_eq!(
+        vfs.read(attr.ino, 0, 2 * LEN as u32).expect("read").len(),
+        LEN
+    );
+    vfs.release(attr.ino, fh).expect("release");
+    assert!(
+        vfs.getattr(attr.ino).is_err(),
+        "the closed orphan is still there"
+    );
+    assert_eq!(orphan_records_at_next_mount(&dir, &meta, vfs), 0);
+}
