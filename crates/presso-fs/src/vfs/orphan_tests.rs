@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use presso_meta::memory::MemoryEngine;
-use presso_meta::{MetaStore, NewNode, ROOT_INO};
+use presso_meta::{Attr, MetaStore, NewNode, ROOT_INO};
 use presso_store::SimDir;
 
 use super::{Vfs, VfsConfig};
@@ -48,8 +48,8 @@ pub(crate) fn uncompressed_pool() -> (SimDir, MemoryEngine) {
     (dir, meta)
 }
 
-/// A pool with file `f` holding committed records, open through the returned handle.
-fn pool_with_open_file() -> (SimDir, MemoryEngine, Arc<Vfs>, u64, u64) {
+/// A pool with an empty file `f`, not open yet.
+fn pool_with_file() -> (SimDir, MemoryEngine, Arc<Vfs>, Attr) {
     let (dir, meta) = uncompressed_pool();
     let (pool, _) = open_pool(&dir, &meta);
     let config = VfsConfig {
@@ -60,6 +60,12 @@ fn pool_with_open_file() -> (SimDir, MemoryEngine, Arc<Vfs>, u64, u64) {
     let attr = vfs
         .make_node(ROOT_INO, b"f", &NewNode::file(0o644, 0, 0))
         .expect("create f");
+    (dir, meta, vfs, attr)
+}
+
+/// A pool with file `f` holding committed records, open through the returned handle.
+fn pool_with_open_file() -> (SimDir, MemoryEngine, Arc<Vfs>, u64, u64) {
+    let (dir, meta, vfs, attr) = pool_with_file();
     let fh = vfs.open_created(ROOT_INO, &attr).expect("open f");
     vfs.write(attr.ino, 0, &[7; LEN]).expect("write f");
     vfs.fsync(attr.ino).expect("fsync f");
@@ -146,16 +152,7 @@ fn a_file_unlinked_while_open_lives_until_its_last_close() {
 /// closed and removed its inode, and the file's later writes and fsync failed with ENOENT.
 #[test]
 fn a_group_commit_between_a_files_node_and_its_open_keeps_the_file_open() {
-    let (dir, meta) = uncompressed_pool();
-    let (pool, _) = open_pool(&dir, &meta);
-    let config = VfsConfig {
-        reclaim: None,
-        ..VfsConfig::default()
-    };
-    let vfs = Vfs::new(pool, config);
-    let attr = vfs
-        .make_node(ROOT_INO, b"f", &NewNode::file(0o644, 0, 0))
-        .expect("create f");
+    let (dir, meta, vfs, attr) = pool_with_file();
     let node = vfs.node_with(attr.clone(), None).expect("its node");
     vfs.committed(&[], u64::MAX);
     let fh = vfs.opened(&node);
