@@ -2,6 +2,7 @@
 //! extended attributes (returning the errno rather than panicking, so tests can assert it).
 
 use std::ffi::CString;
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -95,4 +96,16 @@ pub fn list_xattrs(path: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+
+/// `syncfs(2)` on the file system holding `dir`, as `sync -f` calls it; the error it returns,
+/// if any.
+pub fn syncfs(dir: &Path) -> std::io::Result<()> {
+    let root = std::fs::File::open(dir)?;
+    // SAFETY: syncfs takes any open descriptor and reads nothing from memory.
+    if unsafe { libc::syncfs(root.as_raw_fd()) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }

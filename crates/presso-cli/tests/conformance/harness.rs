@@ -114,11 +114,7 @@ impl Rec {
     /// Records a result whose success value differs between file systems (a descriptor): only
     /// success or the errno.
     pub fn ok(&mut self, step: impl Into<String>, r: Res) -> Res {
-        let shown = match &r {
-            Ok(_) => "ok".to_string(),
-            Err(e) => errno_name(*e),
-        };
-        self.obs.push((step.into(), shown));
+        self.obs.push((step.into(), ok_or_errno(&r)));
         r
     }
 
@@ -191,6 +187,15 @@ impl Rec {
 fn outcome(r: &Res) -> String {
     match r {
         Ok(n) => format!("ok {n}"),
+        Err(e) => errno_name(*e),
+    }
+}
+
+/// A result whose success value differs between file systems (a descriptor, a byte count), as
+/// it is compared: `ok` or the errno's name.
+pub fn ok_or_errno(r: &Res) -> String {
+    match r {
+        Ok(_) => "ok".to_string(),
         Err(e) => errno_name(*e),
     }
 }

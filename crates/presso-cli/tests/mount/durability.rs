@@ -270,17 +270,6 @@ fn the_metadata_stays_locked_to_the_daemon_across_fsync() {
     f.unmount();
 }
 
-/// `syncfs(2)` on the mount, as `sync -f` calls it; the error it returns, if any.
-fn syncfs(dir: &Path) -> std::io::Result<()> {
-    let root = File::open(dir)?;
-    // SAFETY: syncfs takes any open descriptor and reads nothing from memory.
-    if unsafe { libc::syncfs(root.as_raw_fd()) } == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
 #[test]
 fn syncfs_succeeds_after_files_were_written_and_removed() {
     let f = Fixture::new("syncfs-removed");

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use super::dir_stream::DirStream;
 use super::ops::Op;
-use crate::harness::{describe, errno_name};
+use crate::harness::{describe, errno_name, ok_or_errno};
 use crate::modes::write_file_new;
 use crate::sys::*;
 
@@ -33,24 +33,30 @@ impl Side<'_> {
     /// (or makes it durable, where it cannot).
     pub fn apply(&self, op: &Op, remount: &mut dyn FnMut()) -> String {
         match *op {
-            Op::Mkdir { path, mode } => shown(mkdir(&self.at(path), mode)),
+            Op::Mkdir { path, mode } => ok_or_errno(&mkdir(&self.at(path), mode)),
             Op::Create { path, len, fill } => {
-                shown(write_file_new(&self.at(path), &vec![fill; len]))
+                ok_or_errno(&write_file_new(&self.at(path), &vec![fill; len]))
             }
-            Op::Append { path, len, fill } => {
-                shown(write_file(&self.at(path), libc::O_APPEND, &vec![fill; len]))
-            }
-            Op::Truncate { path, len } => shown(truncate(&self.at(path), len)),
-            Op::Unlink { path } => shown(unlink(&self.at(path))),
-            Op::Rmdir { path } => shown(rmdir(&self.at(path))),
+            Op::Append { path, len, fill } => ok_or_errno(&write_file(
+                &self.at(path),
+                libc::O_APPEND,
+                &vec![fill; len],
+            )),
+            Op::Truncate { path, len } => ok_or_errno(&truncate(&self.at(path), len)),
+            Op::Unlink { path } => ok_or_errno(&unlink(&self.at(path))),
+            Op::Rmdir { path } => ok_or_errno(&rmdir(&self.at(path))),
             Op::RemoveTree { path } => match std::fs::remove_dir_all(self.at(path)) {
                 Ok(()) => "ok".into(),
                 Err(e) => io_errno(&e),
             },
-            Op::Link { from, to } => shown(link(&self.at(from), &self.at(to))),
-            Op::Symlink { target, path } => shown(symlink(&self.paths[target], &self.at(path))),
-            Op::Rename { from, to, flags } => shown(rename(&self.at(from), &self.at(to), flags)),
-            Op::Chmod { path, mode } => shown(chmod(&self.at(path), mode)),
+            Op::Link { from, to } => ok_or_errno(&link(&self.at(from), &self.at(to))),
+            Op::Symlink { target, path } => {
+                ok_or_errno(&symlink(&self.paths[target], &self.at(path)))
+            }
+            Op::Rename { from, to, flags } => {
+                ok_or_errno(&rename(&self.at(from), &self.at(to), flags))
+            }
+            Op::Chmod { path, mode } => ok_or_errno(&chmod(&self.at(path), mode)),
             Op::OpenUnlinked { path, len, fill } => open_unlinked(&self.at(path), len, fill),
             Op::Fsync { path } => {
                 let fd = match open(&self.at(path), libc::O_RDONLY, 0) {
@@ -60,22 +66,24 @@ impl Side<'_> {
                 // SAFETY: a descriptor `open` just returned.
                 let synced = check(unsafe { libc::fsync(fd as i32) }.into());
                 let _ = close(fd);
-                shown(synced)
+                ok_or_errno(&synced)
             }
-            Op::Chown { path, uid, gid } => shown(lchown(&self.at(path), uid, gid)),
+            Op::Chown { path, uid, gid } => ok_or_errno(&lchown(&self.at(path), uid, gid)),
             Op::SetXattr {
                 path,
                 name,
                 len,
                 fill,
                 flags,
-            } => shown(setxattr(
+            } => ok_or_errno(&setxattr(
                 &self.at(path),
                 &xattr_name(name),
                 &vec![fill; len],
                 flags,
             )),
-            Op::RemoveXattr { path, name } => shown(removexattr(&self.at(path), &xattr_name(name))),
+            Op::RemoveXattr { path, name } => {
+                ok_or_errno(&removexattr(&self.at(path), &xattr_name(name)))
+            }
             Op::Xattrs { path } => xattrs(&self.at(path)),
             Op::Stat { path } => describe(&self.at(path)),
             Op::Read { path } => match std::fs::read(self.at(path)) {
@@ -116,7 +124,7 @@ impl Side<'_> {
         let made = if dir.exists() {
             "there".to_string()
         } else {
-            shown(mkdir(&dir, 0o755))
+            ok_or_errno(&mkdir(&dir, 0o755))
         };
         let first = dir.join("n000");
         let mut outcomes = Outcomes::default();
@@ -173,7 +181,7 @@ impl Side<'_> {
             Some(name) => {
                 let path = dir.join(name);
                 let is_dir = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
-                shown(if is_dir { rmdir(&path) } else { unlink(&path) })
+                ok_or_errno(&if is_dir { rmdir(&path) } else { unlink(&path) })
             }
             None => "nothing to remove".into(),
         };
@@ -210,7 +218,7 @@ impl Side<'_> {
         format!(
             "remove {:?}: {removed}; create m: {}; listing: {}",
             victim,
-            shown(created),
+            ok_or_errno(&created),
             if wrong.is_empty() {
                 "as POSIX allows".to_string()
             } else {
@@ -248,8 +256,8 @@ fn open_unlinked(path: &Path, len: usize, fill: u8) -> String {
         Ok(fd) => fd,
         Err(e) => return errno_name(e),
     };
-    let unlinked = shown(unlink(path));
-    let written = shown(write(fd, &vec![fill; len]));
+    let unlinked = ok_or_errno(&unlink(path));
+    let written = ok_or_errno(&write(fd, &vec![fill; len]));
     // SAFETY: an all-zero stat is a valid value for fstat to fill, of a descriptor we hold.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     let stat = check(unsafe { libc::fstat(fd as i32, &mut st) }.into());
@@ -257,11 +265,11 @@ fn open_unlinked(path: &Path, len: usize, fill: u8) -> String {
         Ok(bytes) => format!("{} bytes, hash {:016x}", bytes.len(), hash(&bytes)),
         Err(e) => errno_name(e),
     };
-    let closed = shown(close(fd));
+    let closed = ok_or_errno(&close(fd));
     format!(
         "unlink {unlinked}; write {written}; fstat {}: nlink {} size {}; read {bytes}; \
          close {closed}",
-        shown(stat),
+        ok_or_errno(&stat),
         st.st_nlink,
         st.st_size
     )
@@ -396,25 +404,12 @@ struct Outcomes(BTreeMap<String, usize>);
 
 impl Outcomes {
     fn add(&mut self, r: Res) {
-        let key = match r {
-            Ok(_) => "ok".to_string(),
-            Err(e) => errno_name(e),
-        };
-        *self.0.entry(key).or_default() += 1;
+        *self.0.entry(ok_or_errno(&r)).or_default() += 1;
     }
 
     fn shown(&self) -> String {
         let parts: Vec<String> = self.0.iter().map(|(k, n)| format!("{k} {n}")).collect();
         parts.join(", ")
-    }
-}
-
-/// A call's result as the line shows it: `ok` or the errno's name (descriptors and byte counts
-/// are not compared).
-fn shown(r: Res) -> String {
-    match r {
-        Ok(_) => "ok".into(),
-        Err(e) => errno_name(e),
     }
 }
 

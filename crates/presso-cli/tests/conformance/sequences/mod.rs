@@ -21,11 +21,10 @@ mod ops;
 mod sides;
 
 use std::fmt::Write as _;
-use std::path::Path;
 use std::time::Instant;
 
 use crate::common::shrink::{shrink, Failure};
-use crate::common::Rng;
+use crate::common::{syncfs, Rng};
 use apply::Side;
 use ops::{generate, paths, Op};
 use sides::{LocalPool, SharedPoolSides, Sides};
@@ -49,7 +48,7 @@ fn replay(sides: &mut dyn Sides, run: usize, ops: &[Op]) -> Result<(), Failure> 
     std::fs::create_dir(&presso.root).unwrap();
     let mut result = Ok(());
     for (step, op) in ops.iter().enumerate() {
-        let on_ext4 = ext4.apply(op, &mut || sync_fs(&ext4_base));
+        let on_ext4 = ext4.apply(op, &mut || syncfs(&ext4_base).expect("syncfs of ext4"));
         let on_presso = presso.apply(op, &mut || sides.remount_presso());
         if on_ext4 != on_presso {
             result = Err(Failure {
@@ -90,16 +89,6 @@ fn difference(ext4: &str, presso: &str) -> String {
         only(ext4, presso),
         only(presso, ext4)
     )
-}
-
-/// `syncfs` of the file system holding `dir`.
-pub fn sync_fs(dir: &Path) {
-    let file = std::fs::File::open(dir).unwrap();
-    // SAFETY: a file descriptor this function owns.
-    assert_eq!(
-        unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&file)) },
-        0
-    );
 }
 
 fn ops_per_seed() -> usize {
