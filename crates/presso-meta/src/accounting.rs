@@ -1,10 +1,43 @@
-//! Space accounting: the logical/stored/garbage counters and the helpers that keep them exact.
+//! Space accounting: the logical/stored/garbage counters, the per-codec counters, and the
+//! helpers that keep them exact.
+
+use std::collections::BTreeMap;
 
 use crate::engine::{
-    RecordRef, Txn, COUNTER_GARBAGE, COUNTER_LOGICAL, COUNTER_STORED, STATISTICS_PREFIX,
+    CodecSpace, RecordRef, Txn, COUNTER_GARBAGE, COUNTER_LOGICAL, COUNTER_STORED, STATISTICS_PREFIX,
 };
 use crate::error::{MetaError, Result};
 use crate::{MetaStore, SpaceUsage};
+
+/// Set to 1 once the per-codec counters hold every live record: by a count of all records
+/// (pools from before they were kept are counted at their first [`MetaStore::codec_usage`]).
+const CODEC_COUNTERS_KEPT: &str = "codec_counters";
+/// Four 64-bit words, bit `id % 64` of word `id / 64` set for every codec id that has
+/// counters, so that reading them needs no listing of counter names.
+const CODECS_COUNTED: [&str; 4] = [
+    "codecs_counted.0",
+    "codecs_counted.1",
+    "codecs_counted.2",
+    "codecs_counted.3",
+];
+
+/// The names of codec `id`'s counters: records, logical bytes, stored bytes.
+fn codec_counters(id: u8) -> [String; 3] {
+    ["records", "logical_bytes", "stored_bytes"].map(|what| format!("codec.{id}.{what}"))
+}
+
+/// Additions and subtractions to one codec's counters.
+#[derive(Debug, Default)]
+struct CodecDelta {
+    add: CodecSpace,
+    sub: CodecSpace,
+}
+
+fn grow(space: &mut CodecSpace, r: &RecordRef) {
+    space.records = space.records.saturating_add(1);
+    space.logical_bytes = space.logical_bytes.saturating_add(u64::from(r.logical_len));
+    space.stored_bytes = space.stored_bytes.saturating_add(u64::from(r.stored_len));
+}
 
 /// Counter changes collected over a transaction group and written once at its end.
 #[derive(Debug, Default)]
@@ -14,6 +47,7 @@ pub(crate) struct Delta {
     stored_add: u64,
     stored_sub: u64,
     garbage_add: u64,
+    codecs: BTreeMap<u8, CodecDelta>,
 }
 
 impl Delta {
@@ -21,12 +55,14 @@ impl Delta {
     pub(crate) fn take(&mut self, r: &RecordRef) {
         self.logical_add = self.logical_add.saturating_add(u64::from(r.logical_len));
         self.stored_add = self.stored_add.saturating_add(u64::from(r.stored_len));
+        grow(&mut self.codecs.entry(r.codec).or_default().add, r);
     }
 
     /// A record stops being referenced; its segment bytes (if any) become garbage.
     pub(crate) fn drop_ref(&mut self, r: &RecordRef) {
         self.logical_sub = self.logical_sub.saturating_add(u64::from(r.logical_len));
         self.stored_sub = self.stored_sub.saturating_add(u64::from(r.stored_len));
+        grow(&mut self.codecs.entry(r.codec).or_default().sub, r);
         self.waste(r);
     }
 
@@ -47,11 +83,30 @@ impl Delta {
         if self.garbage_add != 0 {
             add_counter(tx, COUNTER_GARBAGE, self.garbage_add, 0)?;
         }
+        if !tx.keeps_codec_counters() {
+            return Ok(());
+        }
+        for (&id, d) in &self.codecs {
+            let [records, logical, stored] = codec_counters(id);
+            add_counter(tx, &records, d.add.records, d.sub.records)?;
+            add_counter(tx, &logical, d.add.logical_bytes, d.sub.logical_bytes)?;
+            add_counter(tx, &stored, d.add.stored_bytes, d.sub.stored_bytes)?;
+            if d.add.records != 0 {
+                let word = CODECS_COUNTED[usize::from(id / 64)];
+                let bits = tx.get_counter(word)?;
+                if bits & (1 << (id % 64)) == 0 {
+                    tx.set_counter(word, bits | 1 << (id % 64))?;
+                }
+            }
+        }
         Ok(())
     }
 }
 
 pub(crate) fn add_counter(tx: &mut dyn Txn, name: &str, add: u64, sub: u64) -> Result<()> {
+    if add == 0 && sub == 0 {
+        return Ok(());
+    }
     let v = tx.get_counter(name)?;
     tx.set_counter(name, v.saturating_add(add).saturating_sub(sub))
 }
@@ -61,23 +116,120 @@ pub(crate) fn account_dropped<'a>(
     tx: &mut dyn Txn,
     recs: impl IntoIterator<Item = &'a RecordRef>,
 ) -> Result<()> {
-    let (mut logical, mut stored, mut garbage) = (0u64, 0u64, 0u64);
+    let mut delta = Delta::default();
     for r in recs {
-        logical += u64::from(r.logical_len);
-        stored += u64::from(r.stored_len);
-        if r.inline.is_none() {
-            garbage += u64::from(r.stored_len);
+        delta.drop_ref(r);
+    }
+    delta.apply(tx)
+}
+
+/// What the per-codec counters say.
+enum Counted {
+    /// The figures.
+    Usage(BTreeMap<u8, CodecSpace>),
+    /// Not to be trusted: never counted, or not adding up to the pool's totals (a build that did
+    /// not keep them wrote since).
+    Stale,
+    /// The engine keeps none.
+    NotKept,
+}
+
+fn counted_codec_usage(tx: &mut dyn Txn) -> Result<Counted> {
+    if !tx.keeps_codec_counters() {
+        return Ok(Counted::NotKept);
+    }
+    if tx.get_counter(CODEC_COUNTERS_KEPT)? != 1 {
+        return Ok(Counted::Stale);
+    }
+    let mut usage = BTreeMap::new();
+    for (word, name) in CODECS_COUNTED.iter().enumerate() {
+        let bits = tx.get_counter(name)?;
+        for bit in (0..64).filter(|b| bits & (1 << b) != 0) {
+            let id = (word * 64 + bit) as u8;
+            let [records, logical, stored] = codec_counters(id);
+            let space = CodecSpace {
+                records: tx.get_counter(&records)?,
+                logical_bytes: tx.get_counter(&logical)?,
+                stored_bytes: tx.get_counter(&stored)?,
+            };
+            if space.records != 0 {
+                usage.insert(id, space);
+            }
         }
     }
-    if logical == 0 && stored == 0 {
-        return Ok(());
+    let sum = |f: fn(&CodecSpace) -> u64| usage.values().map(f).fold(0u64, u64::saturating_add);
+    let adds_up = sum(|s| s.logical_bytes) == tx.get_counter(COUNTER_LOGICAL)?
+        && sum(|s| s.stored_bytes) == tx.get_counter(COUNTER_STORED)?;
+    Ok(match adds_up {
+        true => Counted::Usage(usage),
+        false => Counted::Stale,
+    })
+}
+
+/// Counts every record and sets the per-codec counters to the count, in the caller's
+/// transaction.
+fn recount_codec_usage(tx: &mut dyn Txn) -> Result<BTreeMap<u8, CodecSpace>> {
+    let usage = tx.codec_usage()?;
+    for (word, name) in CODECS_COUNTED.iter().enumerate() {
+        let bits = tx.get_counter(name)?;
+        if bits == 0 {
+            continue;
+        }
+        for bit in (0..64).filter(|b| bits & (1 << b) != 0) {
+            for counter in codec_counters((word * 64 + bit) as u8) {
+                tx.set_counter(&counter, 0)?;
+            }
+        }
+        tx.set_counter(name, 0)?;
     }
-    add_counter(tx, COUNTER_LOGICAL, 0, logical)?;
-    add_counter(tx, COUNTER_STORED, 0, stored)?;
-    add_counter(tx, COUNTER_GARBAGE, garbage, 0)
+    for (&id, space) in &usage {
+        let [records, logical, stored] = codec_counters(id);
+        tx.set_counter(&records, space.records)?;
+        tx.set_counter(&logical, space.logical_bytes)?;
+        tx.set_counter(&stored, space.stored_bytes)?;
+        let word = CODECS_COUNTED[usize::from(id / 64)];
+        let bits = tx.get_counter(word)?;
+        tx.set_counter(word, bits | 1 << (id % 64))?;
+    }
+    tx.set_counter(CODEC_COUNTERS_KEPT, 1)?;
+    Ok(usage)
 }
 
 impl MetaStore {
+    /// Number, logical and stored bytes of the records of each codec id over the whole pool
+    /// (codecs without records are absent): the per-codec ratio `presso status` shows.
+    ///
+    /// Read from counters every record change keeps, so it costs the same whatever the pool's
+    /// size. The first call on a pool from before those counters (or after a build that did not
+    /// keep them wrote to it) counts every record once and stores the count; engines that keep
+    /// no such counters ([`Txn::keeps_codec_counters`]) count every time.
+    pub fn codec_usage(&self) -> Result<BTreeMap<u8, CodecSpace>> {
+        match self.read(counted_codec_usage)? {
+            Counted::Usage(usage) => Ok(usage),
+            // Storing the count failed (a full disk, a read-only pool): it still answers.
+            Counted::Stale => self
+                .write(recount_codec_usage)
+                .or_else(|_| self.count_codec_usage()),
+            Counted::NotKept => self.count_codec_usage(),
+        }
+    }
+
+    /// [`MetaStore::codec_usage`] as its counters alone hold it: `None` if the engine keeps
+    /// none, or they were never counted or do not add up to the pool's totals (each of which
+    /// `codec_usage` answers by counting).
+    pub fn codec_counters(&self) -> Result<Option<BTreeMap<u8, CodecSpace>>> {
+        Ok(match self.read(counted_codec_usage)? {
+            Counted::Usage(usage) => Some(usage),
+            Counted::Stale | Counted::NotKept => None,
+        })
+    }
+
+    /// [`MetaStore::codec_usage`] counted from every record, without the counters: what they
+    /// must equal.
+    pub fn count_codec_usage(&self) -> Result<BTreeMap<u8, CodecSpace>> {
+        self.read_scan(|tx| tx.codec_usage())
+    }
+
     /// Current space accounting totals.
     pub fn space(&self) -> Result<SpaceUsage> {
         self.read(|tx| {

@@ -395,6 +395,12 @@ pub trait Txn {
     fn get_counter(&mut self, name: &str) -> Result<u64>;
     /// Sets a counter.
     fn set_counter(&mut self, name: &str, value: u64) -> Result<()>;
+    /// Whether record changes also keep the per-codec counters that
+    /// [`MetaStore::codec_usage`](crate::MetaStore::codec_usage) reads instead of scanning every
+    /// record. Engines whose counters cost a round trip each say no, and scan.
+    fn keeps_codec_counters(&self) -> bool {
+        true
+    }
 
     /// Commits the transaction.
     fn commit(self: Box<Self>) -> Result<()>;

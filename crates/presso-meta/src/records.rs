@@ -1,14 +1,11 @@
-//! The record map of regular files and the pool-wide views over it (segment and codec usage,
-//! segment listings, scrub scans).
+//! The record map of regular files and the pool-wide views over it (segment usage, segment
+//! listings, scrub scans).
 
 use std::collections::BTreeMap;
 use std::ops::{Bound, Range, RangeBounds};
 
-use crate::accounting::{account_dropped, add_counter};
-use crate::engine::{
-    CodecSpace, FileKind, InodeRow, RecordLocation, RecordRef, SegmentUsage, Txn, COUNTER_LOGICAL,
-    COUNTER_STORED,
-};
+use crate::accounting::{account_dropped, Delta};
+use crate::engine::{FileKind, InodeRow, RecordLocation, RecordRef, SegmentUsage, Txn};
 use crate::error::{MetaError, Result};
 use crate::namespace::inode;
 use crate::{MetaStore, RECORD_INDEX_LIMIT};
@@ -61,9 +58,12 @@ impl MetaStore {
                 return Ok(old);
             }
             tx.put_record(ino, index, rec)?;
-            add_counter(tx, COUNTER_LOGICAL, u64::from(rec.logical_len), 0)?;
-            add_counter(tx, COUNTER_STORED, u64::from(rec.stored_len), 0)?;
-            account_dropped(tx, old.as_ref())?;
+            let mut delta = Delta::default();
+            delta.take(rec);
+            if let Some(old) = &old {
+                delta.drop_ref(old);
+            }
+            delta.apply(tx)?;
             Ok(old)
         })
     }
@@ -106,12 +106,6 @@ impl MetaStore {
     /// nothing points into are absent), to rebuild the store's live/dead accounting at open.
     pub fn segment_usage(&self) -> Result<BTreeMap<u64, SegmentUsage>> {
         self.read_scan(|tx| tx.segment_usage())
-    }
-
-    /// Number, logical and stored bytes of the records of each codec id over the whole pool
-    /// (codecs without records are absent): the per-codec ratio `presso status` shows.
-    pub fn codec_usage(&self) -> Result<BTreeMap<u8, CodecSpace>> {
-        self.read_scan(|tx| tx.codec_usage())
     }
 
     /// Every non-inline record pointing into `segment`, ordered by (offset, ino, index): what

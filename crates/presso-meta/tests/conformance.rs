@@ -133,6 +133,7 @@ conformance!(
     txg_move_record_compare_and_swap,
     segment_usage_and_records_in_segment,
     codec_usage_counts_every_live_record,
+    codec_counters_follow_every_record_change,
     scan_records_paginates,
     purge_orphans_removes_every_orphan,
     readers_run_while_a_writer_commits,
@@ -2365,6 +2366,112 @@ fn codec_usage_counts_every_live_record(s: &MetaStore) {
     assert!(s.codec_usage().unwrap().is_empty());
 }
 
+/// Random record changes of every kind, several codecs: after each, the per-codec figures equal
+/// a count of every record.
+fn codec_counters_follow_every_record_change(s: &MetaStore) {
+    let mut files: Vec<u64> = (0..4)
+        .map(|i| file(s, ROOT_INO, &format!("c{i}")))
+        .collect();
+    let mut codecs_at_once = 0;
+    // engines that keep no counters (PostgreSQL) count at every call
+    let kept = s.codec_usage().unwrap().is_empty() && s.codec_counters().unwrap().is_some();
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move |n: u64| {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 33) % n
+    };
+    for step in 0..300 {
+        let which = next(4) as usize;
+        let ino = files[which];
+        let index = next(6);
+        let rec = match next(4) {
+            0 => inline_rec(b"xy", 2 + next(50) as u32),
+            _ => rec_at(
+                1 + next(3),
+                next(10_000),
+                1 + next(500) as u32,
+                1 + next(2_000) as u32,
+            ),
+        };
+        let rec = RecordRef {
+            codec: next(3) as u8 * 70,
+            ..rec
+        };
+        match next(7) {
+            0 => drop(s.set_record(ino, index, &rec).unwrap()),
+            1 => drop(s.truncate_records(ino, index).unwrap()),
+            2 => drop(
+                s.apply_txg(
+                    &[
+                        TxgOp::SetRecord { ino, index, rec },
+                        TxgOp::ClearRecord {
+                            ino,
+                            index: next(6),
+                        },
+                    ],
+                    false,
+                )
+                .unwrap(),
+            ),
+            3 => {
+                // a move of a record GC found, which may have changed since
+                let Some((index, cur)) = s.records(ino, ..).unwrap().into_iter().next() else {
+                    continue;
+                };
+                let moved = TxgOp::MoveRecord {
+                    ino,
+                    index,
+                    from_segment: cur.segment,
+                    from_offset: cur.offset + next(2),
+                    rec: RecordRef { segment: 9, ..cur },
+                };
+                s.apply_txg(&[moved], false).unwrap();
+            }
+            4 => {
+                // ops on a file that is gone are skipped
+                let gone = TxgOp::SetRecord {
+                    ino: 999_999,
+                    index,
+                    rec,
+                };
+                s.apply_txg(&[gone], true).unwrap();
+            }
+            5 => {
+                s.unlink(ROOT_INO, format!("c{which}").as_bytes(), &closed)
+                    .unwrap();
+                files[which] = file(s, ROOT_INO, &format!("c{which}"));
+            }
+            _ => {
+                let g = file(s, ROOT_INO, "g");
+                s.set_record(g, 0, &rec).unwrap();
+                s.rename(
+                    ROOT_INO,
+                    b"g",
+                    ROOT_INO,
+                    format!("c{which}").as_bytes(),
+                    &closed,
+                )
+                .unwrap();
+                files[which] = g;
+            }
+        }
+        let usage = s.count_codec_usage().unwrap();
+        if kept {
+            // kept change by change (before `codec_usage`, which would count them again)
+            assert_eq!(
+                s.codec_counters().unwrap(),
+                Some(usage.clone()),
+                "step {step}"
+            );
+        }
+        assert_eq!(s.codec_usage().unwrap(), usage, "step {step}");
+        codecs_at_once = codecs_at_once.max(usage.len());
+    }
+    assert_eq!(codecs_at_once, 3);
+}
+
 fn segment_usage_and_records_in_segment(s: &MetaStore) {
     assert!(s.segment_usage().unwrap().is_empty());
     let f = file(s, ROOT_INO, "f");
@@ -3027,6 +3134,62 @@ fn sqlite_adds_missing_indexes_to_existing_databases() {
         file(&s, ROOT_INO, n);
     }
     assert_eq!(listed(&s, ROOT_INO), made);
+    drop(s);
+    remove_db(&path);
+}
+
+#[test]
+fn sqlite_counts_codecs_once_for_a_pool_without_codec_counters() {
+    let path = temp_db_path("codec-counters");
+    let s = MetaStore::create_sqlite(&path).unwrap();
+    s.init().unwrap();
+    let f = file(&s, ROOT_INO, "f");
+    s.set_record(f, 0, &rec(4, 40, 40)).unwrap();
+    s.set_record(
+        f,
+        1,
+        &RecordRef {
+            codec: 9,
+            ..rec(4, 30, 50)
+        },
+    )
+    .unwrap();
+    let expected = s.count_codec_usage().unwrap();
+    assert_eq!(s.codec_usage().unwrap(), expected);
+    drop(s);
+    let codec_counters = |c: &rusqlite::Connection| -> i64 {
+        c.query_row(
+            "SELECT count(*) FROM counters WHERE name LIKE 'codec%'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    // a pool from before the counters: none of them
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        assert!(codec_counters(&c) > 0);
+        c.execute("DELETE FROM counters WHERE name LIKE 'codec%'", [])
+            .unwrap();
+    }
+    let s = MetaStore::open_sqlite(&path).unwrap();
+    assert_eq!(s.codec_usage().unwrap(), expected);
+    drop(s);
+    // counted once and stored; then a build that kept no counters overwrote a record
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        assert_eq!(codec_counters(&c), 1 + 1 + 2 * 3);
+        c.execute_batch(
+            "UPDATE records SET codec = 5, logical_len = 90 WHERE idx = 0;
+             UPDATE counters SET value = value + 50 WHERE name = 'logical_bytes';",
+        )
+        .unwrap();
+    }
+    let s = MetaStore::open_sqlite(&path).unwrap();
+    let now = s.count_codec_usage().unwrap();
+    assert_ne!(now, expected);
+    assert_eq!(s.codec_usage().unwrap(), now);
+    assert_eq!(s.codec_usage().unwrap(), now);
     drop(s);
     remove_db(&path);
 }
