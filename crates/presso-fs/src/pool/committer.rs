@@ -1,6 +1,6 @@
 //! The commit thread: commits each transaction group as it closes, folds the metadata log into
 //! the database file every minute and refreshes the metadata copy every few minutes of
-//! activity.
+//! activity (less often for metadata so large that its copy takes long).
 
 use std::time::{Duration, Instant};
 
@@ -44,7 +44,7 @@ pub(super) fn commit_loop(pool: std::sync::Weak<Pool>) {
                 crate::log!("presso: metadata checkpoint failed (retried later): {e}");
             }
         }
-        if changed && copied.elapsed() >= pool.options.metadata_copy_every {
+        if changed && pool.metadata_copy_due(copied.elapsed()) {
             (copied, changed) = (Instant::now(), false);
             pool.refresh_metadata_copy_later();
         }

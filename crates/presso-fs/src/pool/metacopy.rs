@@ -1,12 +1,14 @@
 //! The pool's own copy of its metadata, `meta.db.copy` beside `meta.db`: metadata is what makes
 //! the segments mean anything, so, as ZFS keeps more copies of metadata than of data, the pool
 //! keeps a second, consistent one. It is refreshed at every clean close and, while the pool
-//! changes, every few minutes (in the background: writers go on). Each refresh writes a new file
+//! changes, every few minutes (in the background: writers go on), but never so often that the
+//! refreshes take more than a twentieth of the time. Each refresh writes a new file
 //! and renames it over the old one, so the copy is always whole. When `meta.db` is lost or
 //! damaged the refusal names the copy, which restores the pool as of its time.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::Pool;
 use crate::error::{FsError, Result};
@@ -22,8 +24,22 @@ impl Pool {
         let Some(dir) = self.copy_dir.get() else {
             return Ok(());
         };
-        let _one_at_a_time = self.copying.lock();
-        write_copy(self, dir)
+        let mut took = self.copying.lock();
+        let started = Instant::now();
+        write_copy(self, dir)?;
+        *took = started.elapsed();
+        Ok(())
+    }
+
+    /// Whether a refresh is due, the last one `since` ago, while the pool changes: after
+    /// [`PoolOptions::metadata_copy_every`](super::PoolOptions), and never so often that copies
+    /// take more than [`COPY_SHARE`] of the time (metadata of many gigabytes takes a minute or
+    /// more to copy). Not while one is under way.
+    pub(super) fn metadata_copy_due(&self, since: Duration) -> bool {
+        match self.copying.try_lock() {
+            Some(took) => since >= copy_interval(self.options.metadata_copy_every, *took),
+            None => false,
+        }
     }
 
     /// Starts a refresh in the background unless one is under way.
@@ -35,18 +51,29 @@ impl Pool {
         let _ = std::thread::Builder::new()
             .name("presso-metacopy".into())
             .spawn(move || {
-                let Some(_one_at_a_time) = pool.copying.try_lock() else {
+                let Some(mut took) = pool.copying.try_lock() else {
                     return;
                 };
                 if let Some(dir) = pool.copy_dir.get() {
-                    if let Err(e) = write_copy(&pool, dir) {
-                        crate::log!(
+                    let started = Instant::now();
+                    match write_copy(&pool, dir) {
+                        Ok(()) => *took = started.elapsed(),
+                        Err(e) => crate::log!(
                             "presso: cannot refresh the metadata copy (retried later): {e}"
-                        );
+                        ),
                     }
                 }
             });
     }
+}
+
+/// The most of the time refreshes of the copy may take while the pool changes: one in twenty.
+pub const COPY_SHARE: u32 = 20;
+
+/// The time between refreshes: `every`, or longer if the last one took more than
+/// 1/[`COPY_SHARE`] of that.
+fn copy_interval(every: Duration, last_took: Duration) -> Duration {
+    every.max(last_took.saturating_mul(COPY_SHARE))
 }
 
 fn write_copy(pool: &Pool, dir: &Path) -> Result<()> {
@@ -70,4 +97,22 @@ fn write_copy(pool: &Pool, dir: &Path) -> Result<()> {
     std::fs::File::open(&dir)
         .and_then(|f| f.sync_all())
         .map_err(|e| io("cannot sync", &dir, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slow_copy_is_refreshed_less_often() {
+        let every = Duration::from_secs(300);
+        assert_eq!(copy_interval(every, Duration::ZERO), every);
+        assert_eq!(copy_interval(every, Duration::from_secs(15)), every);
+        // a copy of 40 s every 800 s: a twentieth of the time
+        assert_eq!(
+            copy_interval(every, Duration::from_secs(40)),
+            Duration::from_secs(800)
+        );
+        assert_eq!(copy_interval(every, Duration::MAX), Duration::MAX);
+    }
 }

@@ -139,8 +139,8 @@ pub struct Pool {
     maintenance: Mutex<()>,
     /// The pool directory, where the metadata copy goes (SQLite pools opened by path only).
     copy_dir: std::sync::OnceLock<std::path::PathBuf>,
-    /// Held while the metadata copy is written.
-    copying: Mutex<()>,
+    /// Held while the metadata copy is written; how long the last one took.
+    copying: Mutex<std::time::Duration>,
     /// This mount's client session, for a pool shared by several clients.
     client: Option<SharedClient>,
 }
@@ -276,7 +276,7 @@ impl Pool {
             opened: Instant::now(),
             maintenance: Mutex::new(()),
             copy_dir: std::sync::OnceLock::new(),
-            copying: Mutex::new(()),
+            copying: Mutex::new(std::time::Duration::ZERO),
             client,
         });
         if let Some(c) = &pool.client {
