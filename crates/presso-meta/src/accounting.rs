@@ -123,6 +123,11 @@ pub(crate) fn account_dropped<'a>(
     delta.apply(tx)
 }
 
+/// Marks the per-codec counters as holding every record: for new metadata, which has none.
+pub(crate) fn start_codec_counters(tx: &mut dyn Txn) -> Result<()> {
+    tx.set_counter(CODEC_COUNTERS_KEPT, 1)
+}
+
 /// What the per-codec counters say.
 enum Counted {
     /// The figures.

@@ -239,7 +239,7 @@ impl MetaStore {
             }
             tx.put_inode(&root_row(Timespec::now()))?;
             // `alloc_ino` never hands out numbers at or below the root, so no counter setup.
-            Ok(())
+            accounting::start_codec_counters(tx)
         })
     }
 }

@@ -3143,6 +3143,8 @@ fn sqlite_counts_codecs_once_for_a_pool_without_codec_counters() {
     let path = temp_db_path("codec-counters");
     let s = MetaStore::create_sqlite(&path).unwrap();
     s.init().unwrap();
+    // new metadata needs no count
+    assert_eq!(s.codec_counters().unwrap(), Some(BTreeMap::new()));
     let f = file(&s, ROOT_INO, "f");
     s.set_record(f, 0, &rec(4, 40, 40)).unwrap();
     s.set_record(
