@@ -2,9 +2,14 @@
 # How Presso's costs grow with size, on one pool on a loop-device ext4:
 #   tree       PRESSO_SCALE_FILES files (default 1,000,000) of 100 bytes in directories of 1,000:
 #              create, stat, readdir, delete rates, and meta.db bytes per file
-#   directory  PRESSO_SCALE_DIR_FILES files (default 100,000) in one directory: the same rates
-#   big file   one file of PRESSO_SCALE_GB GB (default 100; 1 GB = 10^9 bytes) of generated
+#   directory  PRESSO_SCALE_DIR_FILES files (default 100,000; 0 skips it) in one directory: the
+#              same rates
+#   big file   one file of PRESSO_SCALE_GB GB (default 100; 1 GB = 10^9 bytes; 0 skips it) of generated
 #              compressible text, written and then read cold: MB/s of the first and the last GB
+#   metadata   for each set: the rates of the first and the last tenth of each phase, meta.db's
+#              size, and the unmount, the cold mount and `presso status` at that size; a set of
+#              several million files makes metadata of gigabytes (PRESSO_SCALE_FILES=6000000
+#              PRESSO_SCALE_DIR_FILES=0 PRESSO_SCALE_GB=0: 1.3 GB, about 20 minutes here)
 #   memory     the daemon's resident set, sampled every second through all of the above: the
 #              largest, and its bound (the dirty buffer limit plus the record cache)
 #
@@ -70,21 +75,39 @@ phase_set() {
   "$presso" mount "$pool" "$mnt" >/dev/null
   for op in create stat readdir delete; do
     [ "$op" = stat ] && remount
-    local s; s=$(many_files "$op" "$root" "$n" "$per_dir")
+    local s tenths=$work/$name-$op.tenths
+    [ "$op" = readdir ] && tenths=""
+    s=$(many_files "$op" "$root" "$n" "$per_dir" $tenths)
     printf '%s\t%s\t%s\t%s\n' "$name" "$op" "$s" "$(awk -v n="$n" -v s="$s" 'BEGIN { printf "%.0f", n / s }')" >> "$results"
+    if [ -n "$tenths" ]; then
+      printf '%s\t%s first tenth\t%s\n' "$name" "$op" "$(head -n 1 "$tenths")" >> "$results"
+      printf '%s\t%s last tenth\t%s\n' "$name" "$op" "$(tail -n 1 "$tenths")" >> "$results"
+    fi
     echo "$name: $op of $n files in $s s" >&2
     if [ "$op" = create ]; then
+      # What a pool of this size costs around its use: the unmount (its last commit and the
+      # metadata copy), the mount after it, and `presso status`.
+      local t; t=$(now)
       "$presso" unmount "$mnt" >/dev/null
+      printf '%s\tunmount s\t%.1f\n' "$name" "$(echo "$(now) - $t" | bc)" >> "$results"
       printf '%s\tmeta.db bytes per file\t%s\n' "$name" "$(( ($(meta_bytes) - before) / n ))" >> "$results"
+      printf '%s\tmeta.db MB\t%s\n' "$name" "$(( $(stat -c %s "$pool/meta.db") / 1000000 ))" >> "$results"
+      drop
+      t=$(now)
       "$presso" mount "$pool" "$mnt" >/dev/null
+      printf '%s\tmount s\t%.2f\n' "$name" "$(echo "$(now) - $t" | bc)" >> "$results"
+      t=$(now)
+      "$presso" status "$mnt" >/dev/null
+      printf '%s\tstatus s\t%.2f\n' "$name" "$(echo "$(now) - $t" | bc)" >> "$results"
     fi
   done
   find "$root" -mindepth 1 -type d -delete
   rmdir "$root"
 }
 phase_set tree "$files" 1000
-phase_set directory "$dir_files" "$dir_files"
+if [ "$dir_files" -gt 0 ]; then phase_set directory "$dir_files" "$dir_files"; fi
 
+if [ "$gigabytes" -gt 0 ]; then
 # The big file, a GB at a time; a block of generated text with a counter so no two GB are alike.
 python3 - "$mnt/big" "$gigabytes" write > "$work/write.tsv" <<'PY'
 import os, random, sys, time
@@ -125,6 +148,7 @@ while True:
     print(f"{g}\t{got / 1e6 / (time.monotonic() - started):.1f}", flush=True)
 PY
 ratio=$("$presso" status "$mnt" --json | python3 -c 'import json,sys; print("%.2f" % json.load(sys.stdin)["ratio"])')
+fi
 "$presso" unmount "$mnt" >/dev/null
 kill "$sampler" 2>/dev/null || true
 
@@ -136,16 +160,28 @@ echo "Presso compression=$compression; $(halt_poll_note); rates in operations pe
 echo
 echo "| set | files | create/s | stat/s (cold) | readdir entries/s | delete/s | meta.db bytes per file |"
 echo "|---|---:|---:|---:|---:|---:|---:|"
-for name in tree directory; do
+sets="tree"; [ "$dir_files" -gt 0 ] && sets="tree directory"
+value() { awk -F'\t' -v s="$1" -v o="$2" -v c="${3:-3}" '$1 == s && $2 == o { print $c }' "$results"; }
+for name in $sets; do
   n=$files; [ "$name" = directory ] && n=$dir_files
-  rate() { awk -F'\t' -v s="$name" -v o="$1" '$1 == s && $2 == o { print $4 }' "$results"; }
-  echo "| $name | $n | $(rate create) | $(rate stat) | $(rate readdir) | $(rate delete) | $(awk -F'\t' -v s="$name" '$1 == s && $2 == "meta.db bytes per file" { print $3 }' "$results") |"
+  echo "| $name | $n | $(value "$name" create 4) | $(value "$name" stat 4) | $(value "$name" readdir 4) | $(value "$name" delete 4) | $(value "$name" "meta.db bytes per file") |"
 done
 echo
-echo "| big file ($gigabytes GB, ratio $ratio) | first GB | last GB |"
-echo "|---|---:|---:|"
-echo "| write MB/s (each GB ends with fsync) | $(first "$work/write.tsv") | $(last "$work/write.tsv") |"
-echo "| cold read MB/s | $(first "$work/read.tsv") | $(last "$work/read.tsv") |"
+echo "How the rates and the costs around them grow with the metadata (operations per second of the first and the last tenth of each phase; the unmount after the creates, a mount after it with a cold cache, \`presso status\` on that mount):"
+echo
+echo "| set | meta.db MB | create/s first, last tenth | stat/s first, last | delete/s first, last | unmount s | mount s | status s |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+for name in $sets; do
+  tenths() { echo "$(value "$name" "$1 first tenth"), $(value "$name" "$1 last tenth")"; }
+  echo "| $name | $(value "$name" "meta.db MB") | $(tenths create) | $(tenths stat) | $(tenths delete) | $(value "$name" "unmount s") | $(value "$name" "mount s") | $(value "$name" "status s") |"
+done
+if [ "$gigabytes" -gt 0 ]; then
+  echo
+  echo "| big file ($gigabytes GB, ratio $ratio) | first GB | last GB |"
+  echo "|---|---:|---:|"
+  echo "| write MB/s (each GB ends with fsync) | $(first "$work/write.tsv") | $(last "$work/write.tsv") |"
+  echo "| cold read MB/s | $(first "$work/read.tsv") | $(last "$work/read.tsv") |"
+fi
 echo
 echo "Daemon resident set: largest $(( ${peak:-0} / 1024 )) MiB over $(wc -l < "$rss_log") samples \
 (target: under 512 MiB whatever the data size; dirty buffers are capped at 256 MiB and the record \

@@ -2,14 +2,17 @@
 """Create, stat, list or delete N small files, one process for the whole phase so the cost
 measured is the file system's; prints the seconds it took.
 
-    python3 bench/lib/many_files.py create|stat|readdir|delete DIR N PER_DIR
+    python3 bench/lib/many_files.py create|stat|readdir|delete DIR N PER_DIR [TENTHS_FILE]
 
 Files of 100 bytes; with PER_DIR < N they go into subdirectories of PER_DIR files each (created
-by `create`), otherwise all into DIR."""
+by `create`), otherwise all into DIR. With TENTHS_FILE (not for readdir), the operations per
+second of each tenth of the phase go there, one line each, so that the first and the last can be
+compared."""
 import os, sys, time
 op, root, n, per_dir = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+tenths = open(sys.argv[5], "w") if len(sys.argv) > 5 else None
 data = b"x" * 100
-started = time.monotonic()
+started = last = time.monotonic()
 if op == "readdir":
     seen = 0
     for d in sorted(os.listdir(root)) if per_dir < n else [""]:
@@ -30,4 +33,10 @@ else:
             os.stat(p)
         else:
             os.unlink(p)
+        if tenths and (i + 1) % max(n // 10, 1) == 0:
+            now = time.monotonic()
+            tenths.write(f"{max(n // 10, 1) / (now - last):.0f}\n")
+            last = now
+if tenths:
+    tenths.close()
 print(f"{time.monotonic() - started:.3f}")
