@@ -9,8 +9,9 @@ use crate::engine::{
 use crate::error::{MetaError, Result};
 use crate::{MetaStore, SpaceUsage};
 
-/// Set to 1 once the per-codec counters hold every live record: by a count of all records
-/// (pools from before they were kept are counted at their first [`MetaStore::codec_usage`]).
+/// Set to 1 once the per-codec counters hold every live record: when the metadata is made, or
+/// by a count of all records (pools from before the counters are counted at their first
+/// [`MetaStore::codec_usage`]).
 const CODEC_COUNTERS_KEPT: &str = "codec_counters";
 /// Four 64-bit words, bit `id % 64` of word `id / 64` set for every codec id that has
 /// counters, so that reading them needs no listing of counter names.
@@ -24,6 +25,30 @@ const CODECS_COUNTED: [&str; 4] = [
 /// The names of codec `id`'s counters: records, logical bytes, stored bytes.
 fn codec_counters(id: u8) -> [String; 3] {
     ["records", "logical_bytes", "stored_bytes"].map(|what| format!("codec.{id}.{what}"))
+}
+
+/// The codec ids with counters, as the [`CODECS_COUNTED`] words say.
+fn counted_ids(tx: &mut dyn Txn) -> Result<Vec<u8>> {
+    let mut ids = Vec::new();
+    for (word, name) in CODECS_COUNTED.iter().enumerate() {
+        let bits = tx.get_counter(name)?;
+        ids.extend(
+            (0..64)
+                .filter(|b| bits & (1 << b) != 0)
+                .map(|b| (word * 64 + b) as u8),
+        );
+    }
+    Ok(ids)
+}
+
+/// Sets codec `id`'s bit in the [`CODECS_COUNTED`] words.
+fn mark_counted(tx: &mut dyn Txn, id: u8) -> Result<()> {
+    let word = CODECS_COUNTED[usize::from(id / 64)];
+    let bits = tx.get_counter(word)?;
+    match bits & (1 << (id % 64)) {
+        0 => tx.set_counter(word, bits | 1 << (id % 64)),
+        _ => Ok(()),
+    }
 }
 
 /// Additions and subtractions to one codec's counters.
@@ -92,11 +117,7 @@ impl Delta {
             add_counter(tx, &logical, d.add.logical_bytes, d.sub.logical_bytes)?;
             add_counter(tx, &stored, d.add.stored_bytes, d.sub.stored_bytes)?;
             if d.add.records != 0 {
-                let word = CODECS_COUNTED[usize::from(id / 64)];
-                let bits = tx.get_counter(word)?;
-                if bits & (1 << (id % 64)) == 0 {
-                    tx.set_counter(word, bits | 1 << (id % 64))?;
-                }
+                mark_counted(tx, id)?;
             }
         }
         Ok(())
@@ -147,19 +168,15 @@ fn counted_codec_usage(tx: &mut dyn Txn) -> Result<Counted> {
         return Ok(Counted::Stale);
     }
     let mut usage = BTreeMap::new();
-    for (word, name) in CODECS_COUNTED.iter().enumerate() {
-        let bits = tx.get_counter(name)?;
-        for bit in (0..64).filter(|b| bits & (1 << b) != 0) {
-            let id = (word * 64 + bit) as u8;
-            let [records, logical, stored] = codec_counters(id);
-            let space = CodecSpace {
-                records: tx.get_counter(&records)?,
-                logical_bytes: tx.get_counter(&logical)?,
-                stored_bytes: tx.get_counter(&stored)?,
-            };
-            if space.records != 0 {
-                usage.insert(id, space);
-            }
+    for id in counted_ids(tx)? {
+        let [records, logical, stored] = codec_counters(id);
+        let space = CodecSpace {
+            records: tx.get_counter(&records)?,
+            logical_bytes: tx.get_counter(&logical)?,
+            stored_bytes: tx.get_counter(&stored)?,
+        };
+        if space.records != 0 {
+            usage.insert(id, space);
         }
     }
     let sum = |f: fn(&CodecSpace) -> u64| usage.values().map(f).fold(0u64, u64::saturating_add);
@@ -175,26 +192,18 @@ fn counted_codec_usage(tx: &mut dyn Txn) -> Result<Counted> {
 /// transaction.
 fn recount_codec_usage(tx: &mut dyn Txn) -> Result<BTreeMap<u8, CodecSpace>> {
     let usage = tx.codec_usage()?;
-    for (word, name) in CODECS_COUNTED.iter().enumerate() {
-        let bits = tx.get_counter(name)?;
-        if bits == 0 {
-            continue;
+    // Codecs counted before and gone since keep their bits, with zero records.
+    for id in counted_ids(tx)? {
+        for counter in codec_counters(id) {
+            tx.set_counter(&counter, 0)?;
         }
-        for bit in (0..64).filter(|b| bits & (1 << b) != 0) {
-            for counter in codec_counters((word * 64 + bit) as u8) {
-                tx.set_counter(&counter, 0)?;
-            }
-        }
-        tx.set_counter(name, 0)?;
     }
     for (&id, space) in &usage {
         let [records, logical, stored] = codec_counters(id);
         tx.set_counter(&records, space.records)?;
         tx.set_counter(&logical, space.logical_bytes)?;
         tx.set_counter(&stored, space.stored_bytes)?;
-        let word = CODECS_COUNTED[usize::from(id / 64)];
-        let bits = tx.get_counter(word)?;
-        tx.set_counter(word, bits | 1 << (id % 64))?;
+        mark_counted(tx, id)?;
     }
     tx.set_counter(CODEC_COUNTERS_KEPT, 1)?;
     Ok(usage)
@@ -211,7 +220,7 @@ impl MetaStore {
     pub fn codec_usage(&self) -> Result<BTreeMap<u8, CodecSpace>> {
         match self.read(counted_codec_usage)? {
             Counted::Usage(usage) => Ok(usage),
-            // Storing the count failed (a full disk, a read-only pool): it still answers.
+            // Counted and stored; a count that cannot be stored (a full disk) still answers.
             Counted::Stale => self
                 .write(recount_codec_usage)
                 .or_else(|_| self.count_codec_usage()),
