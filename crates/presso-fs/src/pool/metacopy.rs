@@ -7,6 +7,7 @@
 //! damaged the refusal names the copy, which restores the pool as of its time.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,11 +25,8 @@ impl Pool {
         let Some(dir) = self.copy_dir.get() else {
             return Ok(());
         };
-        let mut took = self.copying.lock();
-        let started = Instant::now();
-        write_copy(self, dir)?;
-        *took = started.elapsed();
-        Ok(())
+        let _one_at_a_time = self.copying.lock();
+        timed_copy(self, dir)
     }
 
     /// Whether a refresh is due, the last one `since` ago, while the pool changes: after
@@ -36,10 +34,8 @@ impl Pool {
     /// take more than [`COPY_SHARE`] of the time (metadata of many gigabytes takes a minute or
     /// more to copy). Not while one is under way.
     pub(super) fn metadata_copy_due(&self, since: Duration) -> bool {
-        match self.copying.try_lock() {
-            Some(took) => since >= copy_interval(self.options.metadata_copy_every, *took),
-            None => false,
-        }
+        let took = Duration::from_nanos(self.copy_took.load(Ordering::Relaxed));
+        !self.copying.is_locked() && since >= copy_interval(self.options.metadata_copy_every, took)
     }
 
     /// Starts a refresh in the background unless one is under way.
@@ -51,16 +47,14 @@ impl Pool {
         let _ = std::thread::Builder::new()
             .name("presso-metacopy".into())
             .spawn(move || {
-                let Some(mut took) = pool.copying.try_lock() else {
+                let Some(_one_at_a_time) = pool.copying.try_lock() else {
                     return;
                 };
                 if let Some(dir) = pool.copy_dir.get() {
-                    let started = Instant::now();
-                    match write_copy(&pool, dir) {
-                        Ok(()) => *took = started.elapsed(),
-                        Err(e) => crate::log!(
+                    if let Err(e) = timed_copy(&pool, dir) {
+                        crate::log!(
                             "presso: cannot refresh the metadata copy (retried later): {e}"
-                        ),
+                        );
                     }
                 }
             });
@@ -74,6 +68,15 @@ pub const COPY_SHARE: u32 = 20;
 /// 1/[`COPY_SHARE`] of that.
 fn copy_interval(every: Duration, last_took: Duration) -> Duration {
     every.max(last_took.saturating_mul(COPY_SHARE))
+}
+
+/// [`write_copy`], noting how long it took when it worked.
+fn timed_copy(pool: &Pool, dir: &Path) -> Result<()> {
+    let started = Instant::now();
+    write_copy(pool, dir)?;
+    let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    pool.copy_took.store(took, Ordering::Relaxed);
+    Ok(())
 }
 
 fn write_copy(pool: &Pool, dir: &Path) -> Result<()> {

@@ -139,8 +139,10 @@ pub struct Pool {
     maintenance: Mutex<()>,
     /// The pool directory, where the metadata copy goes (SQLite pools opened by path only).
     copy_dir: std::sync::OnceLock<std::path::PathBuf>,
-    /// Held while the metadata copy is written; how long the last one took.
-    copying: Mutex<std::time::Duration>,
+    /// Held while the metadata copy is written.
+    copying: Mutex<()>,
+    /// How long the last metadata copy took, in nanoseconds.
+    copy_took: std::sync::atomic::AtomicU64,
     /// This mount's client session, for a pool shared by several clients.
     client: Option<SharedClient>,
 }
@@ -276,7 +278,8 @@ impl Pool {
             opened: Instant::now(),
             maintenance: Mutex::new(()),
             copy_dir: std::sync::OnceLock::new(),
-            copying: Mutex::new(std::time::Duration::ZERO),
+            copying: Mutex::new(()),
+            copy_took: Default::default(),
             client,
         });
         if let Some(c) = &pool.client {
