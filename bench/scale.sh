@@ -4,8 +4,9 @@
 #              create, stat, readdir, delete rates, and meta.db bytes per file
 #   directory  PRESSO_SCALE_DIR_FILES files (default 100,000; 0 skips it) in one directory: the
 #              same rates
-#   big file   one file of PRESSO_SCALE_GB GB (default 100; 1 GB = 10^9 bytes; 0 skips it) of generated
-#              compressible text, written and then read cold: MB/s of the first and the last GB
+#   big file   one file of PRESSO_SCALE_GB GB (default 100; 1 GB = 10^9 bytes; 0 skips it) of
+#              generated compressible text, written and then read cold: MB/s of the first and
+#              the last GB
 #   metadata   for each set: the rates of the first and the last tenth of each phase, meta.db's
 #              size, and the unmount, the cold mount and `presso status` at that size; a set of
 #              several million files makes metadata of gigabytes (PRESSO_SCALE_FILES=6000000
