@@ -41,6 +41,24 @@ fn counted_ids(tx: &mut dyn Txn) -> Result<Vec<u8>> {
     Ok(ids)
 }
 
+/// Codec `id`'s figures as its counters hold them.
+fn read_codec(tx: &mut dyn Txn, id: u8) -> Result<CodecSpace> {
+    let [records, logical, stored] = codec_counters(id);
+    Ok(CodecSpace {
+        records: tx.get_counter(&records)?,
+        logical_bytes: tx.get_counter(&logical)?,
+        stored_bytes: tx.get_counter(&stored)?,
+    })
+}
+
+/// Sets codec `id`'s counters to `space`.
+fn write_codec(tx: &mut dyn Txn, id: u8, space: &CodecSpace) -> Result<()> {
+    let [records, logical, stored] = codec_counters(id);
+    tx.set_counter(&records, space.records)?;
+    tx.set_counter(&logical, space.logical_bytes)?;
+    tx.set_counter(&stored, space.stored_bytes)
+}
+
 /// Sets codec `id`'s bit in the [`CODECS_COUNTED`] words.
 fn mark_counted(tx: &mut dyn Txn, id: u8) -> Result<()> {
     let word = CODECS_COUNTED[usize::from(id / 64)];
@@ -169,12 +187,7 @@ fn counted_codec_usage(tx: &mut dyn Txn) -> Result<Counted> {
     }
     let mut usage = BTreeMap::new();
     for id in counted_ids(tx)? {
-        let [records, logical, stored] = codec_counters(id);
-        let space = CodecSpace {
-            records: tx.get_counter(&records)?,
-            logical_bytes: tx.get_counter(&logical)?,
-            stored_bytes: tx.get_counter(&stored)?,
-        };
+        let space = read_codec(tx, id)?;
         if space.records != 0 {
             usage.insert(id, space);
         }
@@ -194,15 +207,12 @@ fn recount_codec_usage(tx: &mut dyn Txn) -> Result<BTreeMap<u8, CodecSpace>> {
     let usage = tx.codec_usage()?;
     // Codecs counted before and gone since keep their bits, with zero records.
     for id in counted_ids(tx)? {
-        for counter in codec_counters(id) {
-            tx.set_counter(&counter, 0)?;
+        if !usage.contains_key(&id) {
+            write_codec(tx, id, &CodecSpace::default())?;
         }
     }
     for (&id, space) in &usage {
-        let [records, logical, stored] = codec_counters(id);
-        tx.set_counter(&records, space.records)?;
-        tx.set_counter(&logical, space.logical_bytes)?;
-        tx.set_counter(&stored, space.stored_bytes)?;
+        write_codec(tx, id, space)?;
         mark_counted(tx, id)?;
     }
     tx.set_counter(CODEC_COUNTERS_KEPT, 1)?;
