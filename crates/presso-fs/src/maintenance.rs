@@ -143,6 +143,11 @@ fn collect(
         .any(|c| c.own && c.stats.segment == pool.store().current_segment())
     {
         pool.store().roll()?;
+        // Frames appended since the commit above (writes go on during a pass) are in the
+        // segment to collect: commit their ops too, so that its listing below names them and
+        // they move with the rest. Left behind, they would keep the segment, and the pass would
+        // have copied its live data for nothing, taking room instead of freeing it.
+        pool.commit(true)?;
     }
     for seg in &candidates {
         if !seg.own && !pool.renew_maintenance_lease()? {
