@@ -3,9 +3,15 @@
 //! looks at the free space again when the writes since its last look could have used half the
 //! room it saw, or a tenth of a second later).
 
+mod common;
 mod sim;
 
-use presso_fs::vfs::VfsConfig;
+use std::sync::Arc;
+
+use presso_fs::pool::{Pool, PoolOptions};
+use presso_fs::reclaim::ReclaimPolicy;
+use presso_fs::vfs::{Vfs, VfsConfig};
+use presso_meta::{MetaStore, NewNode, ROOT_INO};
 use sim::{Config, Fs};
 
 #[test]
@@ -50,4 +56,117 @@ fn writes_stop_at_min_free_however_they_are_split() {
             "writes of {chunk} bytes refused after {accepted} of {room} bytes"
         );
     }
+}
+
+/// Writers overwriting their files on a disk with room for their live data and little more:
+/// only collection makes room. Every writer that finds space short waits for a pass and looks
+/// again, so none is refused while the garbage is being collected, even when another writer's
+/// pass collected it all first.
+#[test]
+fn concurrent_overwriters_are_not_refused_while_collection_makes_room() {
+    const FILE: usize = 6 << 20;
+    const CHUNK: usize = 1 << 20;
+    let config = Config {
+        compression: "off",
+        offload: "off",
+        recordsize: 128 << 10,
+    };
+    let mut fs = Fs::new(&config);
+    fs.close();
+    // Room beyond min_free for both files twice over (the old version stays live until the
+    // new one commits), one segment's copy during a pass, and 8 MiB of garbage.
+    let min_free: u64 = 8 << 20;
+    let room = 4 * FILE as u64 + (4 << 20) + (8 << 20);
+    fs.dir
+        .set_space_budget(Some(fs.dir.used_bytes() + min_free + room));
+    fs.mount_with(VfsConfig {
+        min_free,
+        reclaim: Some(ReclaimPolicy::default()),
+        ..sim::vfs_config()
+    })
+    .expect("mount");
+    let vfs = fs.vfs().clone();
+    let writers: Vec<_> = (0..2u64)
+        .map(|w| {
+            let vfs = vfs.clone();
+            std::thread::spawn(move || {
+                let name = format!("table{w}");
+                let ino = vfs
+                    .make_node(ROOT_INO, name.as_bytes(), &NewNode::file(0o644, 0, 0))
+                    .unwrap()
+                    .ino;
+                vfs.open(ino).unwrap();
+                let mut last = Vec::new();
+                for generation in 0..24u64 {
+                    let data = common::noise(w * 1000 + generation, FILE);
+                    for (i, chunk) in data.chunks(CHUNK).enumerate() {
+                        let written = vfs.write(ino, (i * CHUNK) as u64, chunk);
+                        if let Err(e) = written {
+                            panic!("writer {w}, generation {generation}, chunk {i}: {e}");
+                        }
+                    }
+                    vfs.fsync(ino).unwrap();
+                    last = data;
+                }
+                (ino, last)
+            })
+        })
+        .collect();
+    for writer in writers {
+        let (ino, last) = writer.join().unwrap();
+        let read = vfs.read(ino, 0, FILE as u32).unwrap();
+        assert!(read == last, "file {ino} does not read its last generation");
+    }
+}
+
+/// One file overwritten again and again on a disk smaller than a default segment (256 MiB):
+/// its segments are fitted to the disk, so each overwrite's garbage lies mostly in segments
+/// with nothing live, which a pass for room removes without a copy. With one segment as large
+/// as the disk, every pass copied all the live data, new records stored meanwhile included,
+/// and took room it did not have.
+#[test]
+fn overwrites_on_a_disk_smaller_than_a_segment_are_not_refused() {
+    const FILE: usize = 24 << 20;
+    const CHUNK: usize = 1 << 20;
+    let (dir, meta) = sim::new_pool();
+    let min_free: u64 = 8 << 20;
+    // The file's old and new versions, and one more of garbage.
+    dir.set_space_budget(Some(dir.used_bytes() + min_free + 3 * FILE as u64));
+    let (pool, _) = Pool::open_with(
+        Arc::new(dir.clone()),
+        MetaStore::new(Box::new(meta.handle())),
+        PoolOptions {
+            workers: 2,
+            ..PoolOptions::default()
+        },
+    )
+    .expect("open");
+    let vfs = Vfs::new(
+        pool,
+        VfsConfig {
+            min_free,
+            reclaim: Some(ReclaimPolicy::default()),
+            ..sim::vfs_config()
+        },
+    );
+    let ino = vfs
+        .make_node(ROOT_INO, b"table", &NewNode::file(0o644, 0, 0))
+        .unwrap()
+        .ino;
+    vfs.open(ino).unwrap();
+    let mut last = Vec::new();
+    for generation in 0..12u64 {
+        let data = common::noise(generation, FILE);
+        for (i, chunk) in data.chunks(CHUNK).enumerate() {
+            if let Err(e) = vfs.write(ino, (i * CHUNK) as u64, chunk) {
+                panic!("generation {generation}, chunk {i}: {e}");
+            }
+        }
+        if let Err(e) = vfs.fsync(ino) {
+            panic!("generation {generation}: fsync: {e}");
+        }
+        last = data;
+    }
+    assert!(vfs.read(ino, 0, FILE as u32).unwrap() == last);
+    vfs.shutdown().unwrap();
 }

@@ -66,7 +66,8 @@ pub struct PoolOptions {
     pub txg_interval: Duration,
     /// Compression worker threads (default: all cores).
     pub workers: usize,
-    /// Segment roll-over size.
+    /// Segment roll-over size; on a disk under 16 times as large, a sixteenth of the disk
+    /// (16 MiB at least) instead.
     pub segment_size: u64,
     /// How often, while the pool changes, its metadata copy is refreshed (see [`COPY_FILE`]).
     pub metadata_copy_every: Duration,
@@ -317,10 +318,11 @@ impl Pool {
                 presso_store::SegmentRange::ALL,
             ),
         };
+        let total = dir.space().map(|(total, _)| total);
         let store = Store::open(
             dir,
             StoreConfig {
-                segment_size: options.segment_size,
+                segment_size: opening::fitted_segment_size(options.segment_size, total),
                 own_segments,
             },
             &committed,

@@ -57,3 +57,38 @@ pub(super) fn refresh_live(store: &Store, meta: &MetaStore) -> Result<BTreeMap<u
     }
     Ok(usage)
 }
+
+/// Segments on a disk of `total` bytes hold at most this share of it...
+const SEGMENTS_PER_DISK: u64 = 16;
+/// ...unless that would make them smaller than this.
+const MIN_FITTED_SEGMENT: u64 = 16 << 20;
+
+/// The roll-over size of the pool's segments: `requested`, or less on a disk of `total` bytes
+/// where it would be more than a sixteenth of the disk (16 MiB at least). Collection frees a
+/// segment only once it has copied the segment's live records, and a pass for room needs that
+/// much free space beside the writes going on: one segment as large as the disk holds old and
+/// new versions alike, and every pass copies all the live data. Small segments hold each
+/// overwrite's garbage mostly in segments with nothing live, removed without a copy.
+pub(super) fn fitted_segment_size(requested: u64, total: Option<u64>) -> u64 {
+    match total {
+        Some(total) => requested.min((total / SEGMENTS_PER_DISK).max(MIN_FITTED_SEGMENT)),
+        None => requested,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fitted_segment_size;
+
+    #[test]
+    fn segments_shrink_to_a_sixteenth_of_a_small_disk_only() {
+        const MIB: u64 = 1 << 20;
+        let default = presso_store::DEFAULT_SEGMENT_SIZE;
+        assert_eq!(fitted_segment_size(default, None), default);
+        assert_eq!(fitted_segment_size(default, Some(1 << 40)), default);
+        assert_eq!(fitted_segment_size(default, Some(1024 * MIB)), 64 * MIB);
+        assert_eq!(fitted_segment_size(default, Some(100 * MIB)), 16 * MIB);
+        // A smaller size asked for is kept.
+        assert_eq!(fitted_segment_size(4 * MIB, Some(100 * MIB)), 4 * MIB);
+    }
+}

@@ -132,14 +132,16 @@ impl Vfs {
     }
 
     /// Short of room: while the pool holds garbage, collects it now (the writer waits) and
-    /// checks the free space again. A few passes at most: a segment keeps its space when a record
-    /// committed into it during a pass, and the next pass moves that record too.
+    /// checks the free space again. A few passes at most: other writers' overwrites go on making
+    /// garbage meanwhile, and the next pass collects that too.
     pub(super) fn reclaim_for_room(&self) {
         let Some(reclaimer) = &self.reclaimer else {
             return;
         };
         for _ in 0..3 {
             if self.pool.store().dead_bytes() == 0 {
+                // Another writer's pass may have freed the room since this one looked.
+                self.check_space();
                 return;
             }
             reclaimer.reclaim_now();
