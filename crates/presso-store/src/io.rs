@@ -16,6 +16,8 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::holder::HolderProcess;
+
 /// One file, read and written by position. All methods take `&self`: many readers may call
 /// [`Storage::read_at`] while one writer appends.
 pub trait Storage: Send + Sync {
@@ -392,6 +394,7 @@ fn lock_directory(path: &Path) -> Result<Option<File>, LockError> {
 #[derive(Debug)]
 pub struct LockWatch {
     file: Option<File>,
+    lock_file: PathBuf,
     directory: File,
 }
 
@@ -399,12 +402,17 @@ impl LockWatch {
     /// Watches the pool directory `dir`; `NotFound` if there is no such directory.
     pub fn open(dir: &Path) -> io::Result<LockWatch> {
         let directory = File::open(dir)?;
-        let file = match File::open(dir.join(LOCK_FILE)) {
+        let lock_file = dir.join(LOCK_FILE);
+        let file = match File::open(&lock_file) {
             Ok(file) => Some(file),
             Err(err) if err.kind() == io::ErrorKind::NotFound => None,
             Err(err) => return Err(err),
         };
-        Ok(LockWatch { file, directory })
+        Ok(LockWatch {
+            file,
+            lock_file,
+            directory,
+        })
     }
 
     /// Whether someone holds the lock now: another process, or an open store of this one.
@@ -432,6 +440,11 @@ impl LockWatch {
             }
         }
         Ok(())
+    }
+
+    /// The process holding the lock, if it can be told: see [`HolderProcess::find`].
+    pub fn holder(&self) -> Option<HolderProcess> {
+        HolderProcess::find(read_pid(self.file.as_ref()?)?, &self.lock_file)
     }
 
     fn locks(&self) -> impl Iterator<Item = &File> {

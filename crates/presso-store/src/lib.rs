@@ -30,6 +30,7 @@
 pub mod envelope;
 pub mod error;
 pub mod header;
+mod holder;
 pub mod io;
 pub mod segment;
 pub mod sim;
@@ -37,6 +38,7 @@ pub mod store;
 
 pub use error::{Result, StoreError};
 pub use header::PoolHeader;
+pub use holder::HolderProcess;
 pub use io::{DirLock, FsDir, FsStorage, LockError, LockWatch, Storage, StorageDir, LOCK_FILE};
 pub use segment::{
     DamagedEntry, EntryFormat, EntryTag, EnvelopeError, ScannedEntry, ENTRY_HEADER_LEN,

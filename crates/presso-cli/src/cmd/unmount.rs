@@ -9,6 +9,9 @@ use presso_fs::control::{self, Request};
 use presso_fs::vfs::Unstored;
 use presso_store::LockWatch;
 
+/// How long `presso unmount` waits for the daemon's process to end once it let go of the pool.
+const DAEMON_END_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 use super::target;
 
 /// Unmount a pool and wait until everything written is in the pool.
@@ -118,6 +121,11 @@ pub fn run(args: UnmountArgs) -> Result<()> {
     // that cannot be probed counts as held, so we wait rather than call the daemon dead.
     let lock = LockWatch::open(&mount.pool).ok();
     let daemon_alive = lock.as_ref().is_some_and(|l| l.is_held().unwrap_or(true));
+    // Found while it holds the lock, to wait for its end below.
+    let daemon = lock
+        .as_ref()
+        .filter(|_| daemon_alive)
+        .and_then(LockWatch::holder);
     let mut commit_failed = None;
     let lost = if daemon_alive {
         match unstored(&mount.pool) {
@@ -177,6 +185,19 @@ pub fn run(args: UnmountArgs) -> Result<()> {
         // Blocks until the daemon exits (its lock goes away with it). Failing to wait changes
         // nothing: the file system is unmounted already.
         let _ = lock.wait_released();
+    }
+    // The daemon lets go of the pool a moment before its process ends and closes its last
+    // files (its log, its segments): waiting for the end lets the disk holding the pool be
+    // unmounted as soon as this returns.
+    if let Some(daemon) = daemon {
+        if !daemon.wait_ended(DAEMON_END_WAIT).unwrap_or(true) {
+            eprintln!(
+                "presso: the daemon of {} let go of the pool but its process has not ended \
+                 within {} s; the disk holding the pool stays busy until it does",
+                path.display(),
+                DAEMON_END_WAIT.as_secs()
+            );
+        }
     }
     if !lost.is_empty() {
         println!(

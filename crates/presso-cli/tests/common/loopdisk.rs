@@ -55,7 +55,8 @@ impl Drop for LoopMount {
                 .status()
                 .is_ok_and(|s| s.success())
         };
-        // The daemon may still be closing its files for a moment after it let go of its lock.
+        // A program another test starts holds a copy of this process's descriptors, files on
+        // this disk among them, until its exec; a daemon killed by a test ends on its own time.
         let unmounted = wait_until(Duration::from_secs(10), || {
             !is_mounted(&self.dir) || run("umount", &[self.dir.as_os_str()])
         });

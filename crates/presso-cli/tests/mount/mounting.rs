@@ -268,3 +268,37 @@ fn smallest_memory_bounds_still_keep_every_byte() {
         assert_file_eq(&f.p(name), data);
     }
 }
+
+/// Once `presso unmount` returns, the daemon has let go of everything on the disk holding the
+/// pool, its own files included: that disk unmounts at once (`presso unmount /mnt && umount
+/// /disk` in a script). The daemon releases the pool's lock before its process has ended.
+#[test]
+fn the_disk_holding_a_pool_unmounts_right_after_presso_unmount() {
+    require_root("it makes and loop-mounts an ext4 image");
+    require_tool("mkfs.ext4", "e2fsprogs");
+    let scratch = scratch_dir("diskfree");
+    let disk = LoopMount::new(
+        scratch.path().join("disk.img"),
+        scratch.path().join("disk"),
+        256,
+    );
+    let mut f = Fixture::create_in(disk.dir.join("pool"), scratch.path().join("mnt"), None, &[]);
+    let mut data = Vec::new();
+    for round in 0..10u64 {
+        f.mount(&[]);
+        data = random_bytes(round, 24 << 20);
+        // Not fsynced: the daemon stores it at the unmount, and ends with more to free.
+        std::fs::write(f.p("file"), &data).unwrap();
+        f.unmount();
+        let out = tool("umount", &[&disk.dir]);
+        assert!(
+            out.status.success(),
+            "round {round}: the disk did not unmount right after `presso unmount`: {}",
+            out.stderr
+        );
+        tool("mount", &[&"-o", &"loop", &disk.image, &disk.dir]).ok();
+    }
+    f.mount(&[]);
+    assert_file_eq(&f.p("file"), &data);
+    f.unmount();
+}
