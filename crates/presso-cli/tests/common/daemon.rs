@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::mount::{is_mounted, Fixture};
+use super::mount::{is_mounted, unmount_when_not_busy, Fixture};
 use super::process::{exec_within, presso, presso_bin, wait_until, KillOnDrop};
 use super::syscalls::errno;
 
@@ -93,16 +93,7 @@ impl Daemon {
     /// `presso unmount MNT`, which returns once the daemon has flushed everything and exited;
     /// the daemon must then have exited cleanly and logged no panic.
     pub fn unmount(&mut self) -> Result<(), String> {
-        // Another run's child process, between its fork and its exec, can hold a copy of this
-        // run's descriptors for a moment: the mount is busy then, and only then.
-        let mut out = None;
-        wait_until(LIMIT, || {
-            let o = exec_within(presso().arg("unmount").arg(&self.fixture.mnt), LIMIT);
-            let busy = !o.status.success() && o.stderr.contains("busy");
-            out = Some(o);
-            !busy
-        });
-        let out = out.expect("ran at least once");
+        let out = unmount_when_not_busy(&self.fixture.mnt, LIMIT);
         if !out.status.success() {
             return Err(format!(
                 "`presso unmount` failed with {}: {}{}",

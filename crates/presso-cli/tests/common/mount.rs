@@ -7,7 +7,9 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-use super::process::{exec, presso, presso_bin, require_fuse, Output};
+use super::process::{
+    exec, exec_within, presso, presso_bin, require_fuse, wait_until, Output, COMMAND_TIMEOUT,
+};
 
 /// Whether something is mounted exactly at `path` (per /proc/self/mountinfo).
 pub fn is_mounted(path: &Path) -> bool {
@@ -138,7 +140,7 @@ impl Fixture {
     /// `presso unmount MNT`; asserts it worked and the daemon let go of the pool.
     pub fn unmount(&mut self) {
         assert!(self.mounted, "not mounted");
-        let out = exec(presso().arg("unmount").arg(&self.mnt));
+        let out = unmount_when_not_busy(&self.mnt, COMMAND_TIMEOUT);
         self.mounted = false;
         out.ok();
         assert!(
@@ -208,4 +210,18 @@ pub fn force_unmount(mnt: &Path) {
             .stdin(Stdio::null())
             .status();
     }
+}
+
+/// `presso unmount MNT` within `limit`, run again while it fails because the mount is busy: a
+/// program another test starts holds a copy of this process's descriptors, files of this mount
+/// among them, until its exec, and the mount is busy then, and only then.
+pub fn unmount_when_not_busy(mnt: &Path, limit: std::time::Duration) -> Output {
+    let mut out = None;
+    wait_until(limit, || {
+        let o = exec_within(presso().arg("unmount").arg(mnt), limit);
+        let busy = !o.status.success() && o.stderr.contains("busy");
+        out = Some(o);
+        !busy
+    });
+    out.expect("ran at least once")
 }

@@ -228,6 +228,16 @@ fn take_all_space(path: &std::path::Path) -> File {
     file
 }
 
+/// Gives back what [`take_all_space`] took, at once: its blocks are freed by truncating the
+/// file before it is removed. Removing it alone frees them only once no process has the file
+/// open, and a program another test starts holds a copy of every descriptor of this process
+/// until its exec: a mount or an fsync right after the removal then found the disk still full.
+fn give_space_back(filler: File, disk: &LoopMount) {
+    filler.set_len(0).unwrap();
+    drop(filler);
+    std::fs::remove_file(disk.dir.join("filler")).unwrap();
+}
+
 /// A pool whose disk another program filled while it was unmounted, as ext4 would be: its
 /// files read whole, `fsync` of a file or directory only read succeeds (it failed with ENOSPC:
 /// the empty durable commit wrote a counter, and a group opened by a transaction the full disk
@@ -262,8 +272,7 @@ fn a_pool_on_a_disk_filled_while_unmounted_reads_syncs_and_unmounts() {
         assert!(!why.contains("recover"), "a full disk is not damage: {why}");
         assert!(!is_mounted(&f.mnt));
     }
-    drop(filler);
-    std::fs::remove_file(disk.dir.join("filler")).unwrap();
+    give_space_back(filler, &disk);
     f.mount(&[]);
     assert_file_eq(&f.p("kept"), &data);
     f.unmount();
@@ -286,8 +295,7 @@ fn modes_and_names_change_on_a_disk_another_program_filled() {
     std::fs::set_permissions(f.p("a"), std::fs::Permissions::from_mode(0o600))
         .expect("chmod on a full disk");
     std::fs::remove_file(f.p("b")).expect("unlink on a full disk");
-    drop(filler);
-    std::fs::remove_file(disk.dir.join("filler")).unwrap();
+    give_space_back(filler, &disk);
     f.remount(&[]);
     let mode = std::fs::metadata(f.p("a")).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
@@ -299,6 +307,79 @@ fn modes_and_names_change_on_a_disk_another_program_filled() {
 /// file) and keeps the mount; once space returns the same data is stored and the unmount
 /// succeeds. `--force` unmounts anyway and names what was lost (with the disk full, its size
 /// could not be committed either).
+/// A file written by a process of its own, which keeps it open and fsyncs it when asked. This
+/// test process starts programs for other tests meanwhile, and a program's start closes its
+/// copy of every descriptor open here (at exec), which FUSE hands to the daemon as a flush of
+/// the file: the daemon stores the file's partial record then, before the test fills the disk.
+/// A file held by a process that starts nothing gets no flush but its own.
+struct PendingWriter {
+    child: std::process::Child,
+    replies: std::io::BufReader<std::process::ChildStdout>,
+}
+
+/// The writer: reads the data from stdin, writes it and hands its pages to the daemon without
+/// asking for them to be stored (sync_file_range), then fsyncs at each `fsync` line, answering
+/// with the errno (0: it worked), until stdin closes.
+const PENDING_WRITER: &str = r#"
+import ctypes, os, sys
+data = sys.stdin.buffer.read(int(sys.argv[2]))
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.pwrite(fd, data, 0)
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.sync_file_range(fd, ctypes.c_longlong(0), ctypes.c_longlong(0), 7) != 0:
+    sys.exit("sync_file_range: " + os.strerror(ctypes.get_errno()))
+print("written", flush=True)
+for line in sys.stdin.buffer:
+    try:
+        os.fsync(fd)
+        print(0, flush=True)
+    except OSError as e:
+        print(e.errno, flush=True)
+"#;
+
+impl PendingWriter {
+    /// Writes `data` to `path`, which stays open.
+    fn start(path: &std::path::Path, data: &[u8]) -> PendingWriter {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+        require_tool("python3", "python3");
+        let mut child = Command::new("python3")
+            .args(["-c", PENDING_WRITER])
+            .arg(path)
+            .arg(data.len().to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the writer");
+        child.stdin.as_mut().unwrap().write_all(data).unwrap();
+        let mut replies = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        replies.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "written", "the writer failed: {line}");
+        PendingWriter { child, replies }
+    }
+
+    /// fsync of the file, in the writer.
+    fn fsync(&mut self) -> std::io::Result<()> {
+        use std::io::BufRead;
+        writeln!(self.child.stdin.as_mut().unwrap(), "fsync").unwrap();
+        let mut line = String::new();
+        self.replies.read_line(&mut line).unwrap();
+        match line.trim().parse::<i32>() {
+            Ok(0) => Ok(()),
+            Ok(errno) => Err(std::io::Error::from_raw_os_error(errno)),
+            Err(_) => panic!("the writer answered {line:?}"),
+        }
+    }
+
+    /// Closes the file: the writer exits.
+    fn close(mut self) {
+        drop(self.child.stdin.take());
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "the writer failed: {status}");
+    }
+}
+
 #[test]
 fn data_that_cannot_be_stored_is_kept_shown_and_never_dropped_silently() {
     let (_scratch, disk, mut f) = pool_on_small_disk("unstored", 128, "compression=off");
@@ -308,38 +389,12 @@ fn data_that_cannot_be_stored_is_kept_shown_and_never_dropped_silently() {
     f.remount(&hold);
     let write_pending = |path: std::path::PathBuf, seed: u64| {
         let data = random_bytes(seed, 100_000);
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)
-            .unwrap();
-        file.write_all_at(&data, 0).unwrap();
-        // Hand the pages to the daemon without asking it to store them: a part of one record,
-        // it waits there to be filled or flushed.
-        // SAFETY: sync_file_range on an open descriptor.
-        let rc = unsafe {
-            libc::sync_file_range(
-                std::os::fd::AsRawFd::as_raw_fd(&file),
-                0,
-                0,
-                libc::SYNC_FILE_RANGE_WAIT_BEFORE
-                    | libc::SYNC_FILE_RANGE_WRITE
-                    | libc::SYNC_FILE_RANGE_WAIT_AFTER,
-            )
-        };
-        assert_eq!(
-            rc,
-            0,
-            "sync_file_range: {}",
-            std::io::Error::last_os_error()
-        );
-        (file, data)
+        (PendingWriter::start(&path, &data), data)
     };
 
-    let (file, data) = write_pending(f.p("pending"), 77);
+    let (mut file, data) = write_pending(f.p("pending"), 77);
     let filler = take_all_space(&disk.dir.join("filler"));
-    let error = file.sync_all().expect_err("fsync on a full disk succeeded");
+    let error = file.fsync().expect_err("fsync on a full disk succeeded");
     assert_eq!(error.raw_os_error(), Some(libc::ENOSPC), "{error}");
     assert_eq!(std::fs::metadata(f.p("pending")).unwrap().len(), 100_000);
     let status = f.status();
@@ -355,18 +410,17 @@ fn data_that_cannot_be_stored_is_kept_shown_and_never_dropped_silently() {
     );
     assert!(is_mounted(&f.mnt), "the refused unmount unmounted");
 
-    drop(filler);
-    std::fs::remove_file(disk.dir.join("filler")).unwrap();
-    file.sync_all().expect("fsync once space is back");
-    drop(file);
+    give_space_back(filler, &disk);
+    file.fsync().expect("fsync once space is back");
+    file.close();
     assert_eq!(f.status()["unstored"]["bytes"], 0);
     f.remount(&hold);
     assert_file_eq(&f.p("pending"), &data);
 
-    let (file, _) = write_pending(f.p("lost"), 78);
+    let (mut file, _) = write_pending(f.p("lost"), 78);
     let filler = take_all_space(&disk.dir.join("filler"));
-    assert!(file.sync_all().is_err());
-    drop(file);
+    assert!(file.fsync().is_err());
+    file.close();
     let out = exec(presso().arg("unmount").arg("--force").arg(&f.mnt)).ok();
     f.set_mounted(false);
     // Its record could not be stored, and is named; or, on a busy machine, it was stored and
@@ -376,8 +430,7 @@ fn data_that_cannot_be_stored_is_kept_shown_and_never_dropped_silently() {
         out.contains("lost: ") && (out.contains("/lost") || out.contains("last commit failed")),
         "{out}"
     );
-    drop(filler);
-    std::fs::remove_file(disk.dir.join("filler")).unwrap();
+    give_space_back(filler, &disk);
     f.mount(&hold);
     // What was declared lost is lost (the disk had no room for its size either; if its commit
     // failed, for its name too); nothing else is, and nothing reads as bytes never written.
