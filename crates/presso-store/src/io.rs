@@ -442,7 +442,8 @@ impl LockWatch {
         Ok(())
     }
 
-    /// The process holding the lock, if it can be told: see [`HolderProcess::find`].
+    /// The process holding the lock, if it can be told: the one whose pid the lock file holds
+    /// (written by each holder, best effort), if it is alive and has the lock file open.
     pub fn holder(&self) -> Option<HolderProcess> {
         HolderProcess::find(read_pid(self.file.as_ref()?)?, &self.lock_file)
     }

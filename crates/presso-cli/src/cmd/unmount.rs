@@ -9,10 +9,10 @@ use presso_fs::control::{self, Request};
 use presso_fs::vfs::Unstored;
 use presso_store::LockWatch;
 
+use super::target;
+
 /// How long `presso unmount` waits for the daemon's process to end once it let go of the pool.
 const DAEMON_END_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
-
-use super::target;
 
 /// Unmount a pool and wait until everything written is in the pool.
 ///
