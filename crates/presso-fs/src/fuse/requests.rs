@@ -185,15 +185,8 @@ impl PressoFs {
 
     pub(super) fn flush(&self, ino: u64, owner: u64, reply: impl EmptyReply) {
         if !self.shared() {
-            // `close()` waits for this reply; the file's last records are routed (and a short
-            // one compressed) after it.
-            return match self.vfs.flush_deferred(ino) {
-                Ok(submission) => {
-                    reply.ok();
-                    submission.submit();
-                }
-                Err(e) => reply.error(errno(&e)),
-            };
+            // Reports a failed earlier write; stores nothing (see `Vfs::flush`).
+            return empty(reply, self.vfs.flush(ino));
         }
         // A shared pool's close commits the file and drops the closing process's locks: work
         // for a worker, not for a session thread.

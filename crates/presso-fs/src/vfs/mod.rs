@@ -382,11 +382,21 @@ impl Vfs {
         fh
     }
 
-    /// `close()` of one descriptor: starts compressing the file's partial records and reports a
-    /// failed earlier write once. In a shared pool it also commits them before it returns, so
-    /// that a client opening the file next reads all of it (close-to-open).
+    /// `close()` of one descriptor: reports a failed earlier write of the file once. The file's
+    /// partial records stay buffers until the last close of its handle (RELEASE), the flusher's
+    /// tick or an fsync: each child of a program writing the file closes its copy of the
+    /// descriptor as it exits, and storing the last record at every such close stored it over
+    /// and over. In a shared pool it commits the file before it returns, so that a client
+    /// opening it next reads all of it (close-to-open).
     pub fn flush(&self, ino: u64) -> Result<()> {
-        self.flush_deferred(ino).map(Submission::submit)
+        if self.pool.client().is_some() {
+            return self.commit_file(ino, false);
+        }
+        let Some(node) = self.files.lock().get(&ino).cloned() else {
+            return Ok(());
+        };
+        let error = node.state.lock().error.take();
+        error.map_or(Ok(()), |e| Err(FsError::Deferred(e)))
     }
 
     /// The last close of a handle.
