@@ -1,7 +1,9 @@
 //! Free space, in process: a write is refused once the disk's free space, less the buffers not
 //! yet stored, would fall under `min_free`, whatever the size of the writes (the file layer
 //! looks at the free space again when the writes since its last look could have used half the
-//! room it saw, or a tenth of a second later).
+//! room it saw, or a tenth of a second later); and a write short of room is not refused while
+//! collecting garbage makes room, with writers overwriting their files, several at once, on a
+//! disk smaller than a segment.
 
 mod common;
 mod sim;
