@@ -135,6 +135,13 @@ pub struct Status {
     /// Writes are refused (ENOSPC) for lack of free space on the disk holding the pool.
     #[serde(default)]
     pub space_low: bool,
+    /// Writes refused since the mount (for space, or a record that cannot be read): their
+    /// writers had the error, and nothing of them is stored.
+    #[serde(default)]
+    pub refused_writes: u64,
+    /// Their bytes.
+    #[serde(default)]
+    pub refused_bytes: u64,
     /// CPU queues the kernel has sent requests through over io_uring since the mount; 0 when
     /// every request came through `/dev/fuse` (the kernel offers io_uring only with the `fuse`
     /// module's `enable_uring` parameter set) or not mounted.
@@ -185,6 +192,7 @@ impl Status {
             }
         });
         let work = vfs.map_or_else(Work::default, Vfs::work);
+        let refused = vfs.map_or((0, 0), Vfs::refused_writes);
         let lifetime = match vfs {
             Some(v) => v.lifetime_work()?,
             None => Work::stored(pool.meta())?,
@@ -241,6 +249,8 @@ impl Status {
             dirty_bytes: vfs.map_or(0, |v| v.dirty_bytes() as u64),
             unstored: vfs.map_or_else(Unstored::default, |v| v.unstored()),
             space_low: vfs.is_some_and(|v| v.space_low()),
+            refused_writes: refused.0,
+            refused_bytes: refused.1,
             io_uring_queues: vfs.map_or(0, Vfs::ring_queues),
             accelerator: engine.accelerator.name.clone(),
             engine,

@@ -172,3 +172,38 @@ fn overwrites_on_a_disk_smaller_than_a_segment_are_not_refused() {
     assert!(vfs.read(ino, 0, FILE as u32).unwrap() == last);
     vfs.shutdown().unwrap();
 }
+
+/// A write from the kernel's cache that was refused for space leaves the file grown to the
+/// write's end, as the kernel keeps it: zeros past what was stored, also after a remount. A
+/// refused write that ended within the file changes nothing.
+#[test]
+fn a_refused_cached_write_grows_the_file_with_zeros() {
+    let config = Config {
+        compression: "off",
+        offload: "off",
+        recordsize: 128 << 10,
+    };
+    let mut fs = Fs::new(&config);
+    fs.create(0, 0).unwrap();
+    let kept = common::noise(5, 50_000);
+    fs.write(0, 0, &kept).unwrap();
+    fs.fsync(0).unwrap();
+    fs.close();
+    fs.dir.set_space_budget(Some(fs.dir.used_bytes()));
+    fs.mount().expect("mount");
+    let refusal = fs.write(0, 20_000, &[1; 100_000]).unwrap_err();
+    assert!(refusal.contains("errno 28"), "{refusal}");
+    let ino = fs.ino_of(0).unwrap();
+    fs.vfs().grow_for_refused_write(ino, 120_000).unwrap();
+    fs.vfs().grow_for_refused_write(ino, 30_000).unwrap();
+    let mut expected = kept.clone();
+    expected.resize(120_000, 0);
+    assert_eq!(fs.size(0).unwrap(), 120_000);
+    assert!(fs.read(0, 0, 200_000).unwrap() == expected);
+    fs.sync_all().unwrap();
+    fs.close();
+    fs.dir.set_space_budget(None);
+    fs.mount().expect("mount");
+    assert_eq!(fs.size(0).unwrap(), 120_000);
+    assert!(fs.read(0, 0, 200_000).unwrap() == expected);
+}

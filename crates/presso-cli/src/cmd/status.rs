@@ -193,6 +193,15 @@ pub fn render(s: &Status) -> String {
                 .unwrap_or_default()
         );
     }
+    if s.refused_writes > 0 {
+        let _ = writeln!(
+            out,
+            "REFUSED     {} writes ({}) since the mount; their writers had the error (at the \
+             write, fsync or close) and nothing of them is stored",
+            s.refused_writes,
+            human(s.refused_bytes)
+        );
+    }
     if s.corruptions > 0 {
         let _ = writeln!(
             out,

@@ -496,3 +496,53 @@ fn online_gc_while_writers_rewrite_files() {
     }
     f.presso_on_mount(&["scrub"]).ok();
 }
+
+/// Bytes the disk had no room for never show while mounted as if stored. On a disk under
+/// `min_free` from the mount on, the writes the kernel cached are refused when it hands them over
+/// (fsync says ENOSPC), and the mounted file then reads, size and bytes, as it does after a
+/// remount: zeros where the refused bytes were (the kernel keeps the size it grew the file to),
+/// never the refused bytes the remount does not show.
+#[test]
+fn bytes_refused_for_space_read_the_same_before_and_after_a_remount() {
+    let (_scratch, disk, mut f) = pool_on_small_disk("refused", 128, "compression=off");
+    let kept = random_bytes(91, 50_000);
+    std::fs::write(f.p("f"), &kept).unwrap();
+    File::open(f.p("f")).unwrap().sync_all().unwrap();
+    f.unmount();
+    // Room to mount, under the 64 MiB kept free for metadata and deletes.
+    let filler = take_all_space(&disk.dir.join("filler"));
+    let taken = filler.metadata().unwrap().len();
+    filler.set_len(taken - (16 << 20)).unwrap();
+    f.mount(&[]);
+    // An overwrite of stored bytes and an append.
+    let file = OpenOptions::new().write(true).open(f.p("f")).unwrap();
+    file.write_all_at(&random_bytes(92, 10_000), 20_000)
+        .and_then(|()| file.write_all_at(&random_bytes(93, 100_000), kept.len() as u64))
+        .expect("the writes reach the kernel's cache");
+    let error = file.sync_all().expect_err("fsync on a full disk succeeded");
+    assert_eq!(error.raw_os_error(), Some(libc::ENOSPC), "{error}");
+    drop(file);
+    // Counted once the kernel has been told to drop the refused pages.
+    assert!(
+        wait_until(Duration::from_secs(30), || f.status()["refused_writes"]
+            .as_u64()
+            .is_some_and(|n| n > 0)),
+        "status never counted the refused write: {}",
+        f.status()
+    );
+    let mounted = std::fs::read(f.p("f")).unwrap();
+    let mounted_size = std::fs::metadata(f.p("f")).unwrap().len();
+    give_space_back(filler, &disk);
+    f.remount(&[]);
+    let remounted = std::fs::read(f.p("f")).unwrap();
+    assert_eq!(mounted_size, mounted.len() as u64);
+    assert_eq!(&remounted[..kept.len()], &kept[..], "stored bytes changed");
+    assert_eq!(
+        (mounted.len(), mounted == remounted),
+        (remounted.len(), true),
+        "the mounted file read other bytes than after the remount"
+    );
+    f.unmount();
+    drop(f);
+    drop(disk);
+}

@@ -165,6 +165,23 @@ impl PressoFs {
         }
     }
 
+    /// Tells the kernel to drop its cached pages of a refused write's range, which it would
+    /// otherwise go on reading as if they were stored (see [`Vfs::grow_for_refused_write`]).
+    /// From a worker, after the reply: the kernel drops a page only once its writeback has
+    /// ended, and that waits for the reply. The refused write is counted then, so that once
+    /// status counts it, the pages are gone.
+    fn drop_refused_pages(&self, ino: u64, offset: u64, len: usize) {
+        let notifier = self.notifier.clone();
+        self.spawn(move |vfs| {
+            if let Some(notifier) = notifier.get() {
+                let (offset, len) = (offset.min(i64::MAX as u64) as i64, len as i64);
+                // ENOENT (the kernel no longer has the inode) needs nothing more.
+                let _ = notifier.inval_inode(INodeNo(ino), offset, len);
+            }
+            vfs.note_refused_write(len as u64);
+        });
+    }
+
     /// What the kernel may keep of a file it opens: its cached pages, when every change to the
     /// pool passes through this kernel (a pool of its own), so that reading a file again after
     /// reopening it needs no request. A shared pool's files may change on other clients: an

@@ -164,22 +164,38 @@ impl PressoFs {
         });
     }
 
-    /// WRITE; `unprivileged` when the kernel asks for suid and sgid to be dropped.
+    /// WRITE.
     pub(super) fn write(
         &self,
         caller: Caller,
         ino: u64,
         offset: u64,
         data: &[u8],
-        unprivileged: bool,
+        how: WriteKind,
         reply: impl WriteReply,
     ) {
-        match self.vfs.write_by(ino, offset, data, unprivileged, caller) {
+        match self
+            .vfs
+            .write_by(ino, offset, data, how.unprivileged, caller)
+        {
             Ok((n, submission)) => {
                 reply.written(n as u32);
                 submission.submit();
             }
-            Err(e) => reply.error(errno(&e)),
+            Err(e) if how.from_cache => {
+                let end = offset.saturating_add(data.len() as u64);
+                if let Err(grow) = self.vfs.grow_for_refused_write(ino, end) {
+                    crate::log!(
+                        "presso: inode {ino}: cannot grow to a refused write's end: {grow}"
+                    );
+                }
+                reply.error(errno(&e));
+                self.drop_refused_pages(ino, offset, data.len());
+            }
+            Err(e) => {
+                reply.error(errno(&e));
+                self.vfs.note_refused_write(data.len() as u64);
+            }
         }
     }
 
@@ -404,6 +420,15 @@ impl PressoFs {
 }
 
 /// Answers a request no handler serves: the kernel then stops sending it where it can.
+/// What the kernel says of a WRITE besides its bytes.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct WriteKind {
+    /// The writer lacks CAP_FSETID: the file's suid and sgid go first.
+    pub unprivileged: bool,
+    /// Pages from the kernel's cache (writeback), not a `write(2)` passed through.
+    pub from_cache: bool,
+}
+
 pub(super) fn unsupported(reply: impl Reply) {
     reply.error(Errno::ENOSYS)
 }

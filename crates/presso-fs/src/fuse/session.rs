@@ -15,7 +15,7 @@ use fuser::{
 use presso_meta::SetAttr;
 
 use super::convert::{caller, time_or_now, timespec};
-use super::{configure_kernel, PressoFs};
+use super::{configure_kernel, requests, PressoFs};
 
 impl Filesystem for PressoFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
@@ -188,8 +188,11 @@ impl Filesystem for PressoFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let unprivileged = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-        PressoFs::write(self, caller(req), ino.0, offset, data, unprivileged, reply)
+        let how = requests::WriteKind {
+            unprivileged: write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID),
+            from_cache: write_flags.contains(WriteFlags::FUSE_WRITE_CACHE),
+        };
+        PressoFs::write(self, caller(req), ino.0, offset, data, how, reply)
     }
 
     fn flush(

@@ -119,6 +119,9 @@ pub const DEFAULT_SYNC_INTERVAL: Duration = Duration::from_secs(5);
 struct Traffic {
     written: AtomicU64,
     read: AtomicU64,
+    /// Writes refused since the mount, and their bytes ([`Vfs::note_refused_write`]).
+    refused: AtomicU64,
+    refused_bytes: AtomicU64,
 }
 
 /// Directories whose settings are kept (all are dropped when more would be).

@@ -83,6 +83,25 @@ impl Vfs {
         })
     }
 
+    /// Counts a write refused (`bytes` long), by the file system's request layer once it has
+    /// told the kernel to drop what it cached of it.
+    pub fn note_refused_write(&self, bytes: u64) {
+        self.traffic.refused.fetch_add(1, Ordering::Relaxed);
+        self.traffic
+            .refused_bytes
+            .fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Writes refused since the mount (for space, or a record that cannot be read), and their
+    /// bytes: their writers had the error, at the write or at fsync and close, and nothing of
+    /// them is stored.
+    pub fn refused_writes(&self) -> (u64, u64) {
+        (
+            self.traffic.refused.load(Ordering::Relaxed),
+            self.traffic.refused_bytes.load(Ordering::Relaxed),
+        )
+    }
+
     /// Whether writes are refused for lack of space on the disk holding the pool.
     pub fn space_low(&self) -> bool {
         self.low_space.load(Ordering::Relaxed)

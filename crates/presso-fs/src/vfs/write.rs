@@ -94,6 +94,31 @@ impl Vfs {
         Ok((written, Submission::new(self, node, jobs)))
     }
 
+    /// After a write from the kernel's page cache that [`Vfs::write`] refused (no room, a
+    /// record that cannot be read): with the writeback cache the kernel keeps a file's size
+    /// itself, has grown it past the refused bytes already, and takes no smaller size from
+    /// this layer while it caches the file. So the file grows to `end` here too, zeros where the
+    /// refused bytes were (nothing of them is stored), and reads the same while mounted, once
+    /// the kernel has dropped the refused pages, as after a remount. The writer has had its
+    /// error (at fsync or close).
+    pub fn grow_for_refused_write(&self, ino: u64, end: u64) -> Result<()> {
+        if end > i64::MAX as u64 {
+            return Err(FsError::FileTooLarge);
+        }
+        let node = self.node(ino)?;
+        let mut st = node.state.lock();
+        if end <= st.size {
+            return Ok(());
+        }
+        self.trim_past_size(&node, &mut st)?;
+        st.size = end;
+        st.mtime = Timespec::now();
+        st.size_dirty = true;
+        drop(st);
+        self.pool.unsynced().note();
+        Ok(())
+    }
+
     /// The Dirty buffer of record `index`, created from its current contents (unless the caller
     /// overwrites it whole).
     pub(super) fn dirty_buffer<'a>(

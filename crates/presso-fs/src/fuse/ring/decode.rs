@@ -12,7 +12,7 @@ use presso_meta::{SetAttr, Timespec};
 
 use super::{Home, RingReply, Slot, ENT_IN_OUT_AT, MAX_PAYLOAD, OP_IN_AT};
 use crate::fuse::reply::Reply;
-use crate::fuse::requests::unsupported;
+use crate::fuse::requests::{unsupported, WriteKind};
 use crate::fuse::PressoFs;
 use crate::vfs::Caller;
 
@@ -63,6 +63,8 @@ const FATTR_MTIME: u32 = 1 << 5;
 const FATTR_ATIME_NOW: u32 = 1 << 7;
 const FATTR_MTIME_NOW: u32 = 1 << 8;
 const FATTR_CTIME: u32 = 1 << 10;
+/// `fuse_write_in.write_flags`: a write of pages from the kernel's cache (writeback).
+const FUSE_WRITE_CACHE: u32 = 1;
 /// `fuse_write_in.write_flags`: drop suid and sgid (the writer is not privileged).
 const FUSE_WRITE_KILL_SUIDGID: u32 = 1 << 2;
 /// `fuse_release_in.release_flags`: the release also ends the file's `flock`.
@@ -185,8 +187,12 @@ fn serve(
             let Some(data) = payload.get(..size) else {
                 return reply.error(Errno::EIO);
             };
-            let unprivileged = op.u32(20) & FUSE_WRITE_KILL_SUIDGID != 0;
-            fs.write(caller, node, op.u64(8), data, unprivileged, reply)
+            let flags = op.u32(20);
+            let how = WriteKind {
+                unprivileged: flags & FUSE_WRITE_KILL_SUIDGID != 0,
+                from_cache: flags & FUSE_WRITE_CACHE != 0,
+            };
+            fs.write(caller, node, op.u64(8), data, how, reply)
         }
         STATFS => fs.statfs(reply),
         RELEASE => {
