@@ -91,6 +91,7 @@ pub fn serve(
     ready: impl FnOnce(std::result::Result<(), String>),
 ) -> Result<()> {
     let signals = block_signals();
+    crate::memory::limit_arenas();
     let setup = || -> Result<_> {
         let mountpoint = std::fs::canonicalize(mountpoint)
             .map_err(|e| FsError::io(format!("mount point {}", mountpoint.display()), e))?;
@@ -211,12 +212,14 @@ pub fn serve(
             }
         })
         .map_err(|e| FsError::io("cannot start the signal thread", e))?;
+    let trimmer = crate::memory::Trimmer::start();
     ready(Ok(()));
     let served = session
         .run()
         .map_err(|e| FsError::io("the FUSE session failed", e));
     let _ = std::fs::remove_file(&socket);
     let closed = vfs.shutdown();
+    drop(trimmer);
     let lost = vfs.unstored();
     for file in &lost.files {
         crate::log!(

@@ -36,6 +36,7 @@ mod error;
 pub mod fuse;
 pub mod lifetime;
 pub mod maintenance;
+pub mod memory;
 pub mod pool;
 pub mod props;
 pub mod reclaim;
