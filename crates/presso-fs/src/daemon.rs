@@ -212,7 +212,11 @@ pub fn serve(
             }
         })
         .map_err(|e| FsError::io("cannot start the signal thread", e))?;
-    let trimmer = crate::memory::Trimmer::start();
+    let moved = vfs.clone();
+    let trimmer = crate::memory::Trimmer::start(move || {
+        let (written, read, _, _) = moved.traffic();
+        written.wrapping_add(read)
+    });
     ready(Ok(()));
     let served = session
         .run()

@@ -2,19 +2,24 @@
 //! the compression workers, so glibc's per-thread arenas each come to keep what they once held
 //! at the busiest moment, free or not: a long run's resident set grew in steps, most of it
 //! free memory no arena gave back (docs/benchmarks.md, "The daemon's memory over a long run").
-//! The daemon holds glibc to a few arenas and hands free memory back to the kernel every few
-//! seconds, so that its resident set follows what it uses, under the bounds its options set
-//! (`dirty_limit`, `cache_size`).
+//! The daemon holds glibc to a few arenas and hands free memory back to the kernel when it is
+//! quiet, and every minute while busy, so that its resident set follows what it uses, under the
+//! bounds its options set (`dirty_limit`, `cache_size`).
 
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The arenas glibc may keep, unless `MALLOC_ARENA_MAX` says otherwise: two per CPU.
 pub const ARENAS_PER_CPU: usize = 2;
 
-/// How often free memory goes back to the kernel.
-pub const TRIM_INTERVAL: Duration = Duration::from_secs(5);
+/// How often the trimmer looks whether the daemon was quiet.
+pub const QUIET_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How often free memory goes back to the kernel while the daemon is busy. Pages handed back
+/// come back as page faults when buffers are allocated again: trimming every 5 s under load cost
+/// sequential reads about a tenth of their throughput (docs/benchmarks.md).
+pub const BUSY_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Holds glibc to [`ARENAS_PER_CPU`] arenas per CPU unless the environment sets
 /// `MALLOC_ARENA_MAX` (glibc's own default is eight per CPU). Call before starting threads.
@@ -33,15 +38,18 @@ pub fn limit_arenas() {
     let _ = arenas;
 }
 
-/// A thread handing free memory back to the kernel every [`TRIM_INTERVAL`] until dropped.
+/// A thread handing free memory back to the kernel until dropped, if the daemon did anything
+/// since the last time: after a [`QUIET_INTERVAL`] in which it was quiet, and at least every
+/// [`BUSY_INTERVAL`].
 pub struct Trimmer {
     stop: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Trimmer {
-    /// Starts the thread; without glibc there is nothing to do and no thread.
-    pub fn start() -> Trimmer {
+    /// Starts the thread; `activity` counts the daemon's work (bytes moved), and an interval in
+    /// which it did not move was quiet. Without glibc there is nothing to do and no thread.
+    pub fn start(activity: impl Fn() -> u64 + Send + 'static) -> Trimmer {
         if !cfg!(target_env = "gnu") {
             return Trimmer {
                 stop: None,
@@ -52,8 +60,17 @@ impl Trimmer {
         let thread = std::thread::Builder::new()
             .name("presso-memory".into())
             .spawn(move || {
-                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(TRIM_INTERVAL) {
-                    trim();
+                let mut seen = activity();
+                // What had been done at the last trim: a daemon idle since needs no other.
+                let (mut trimmed, mut trimmed_at) = (seen, Instant::now());
+                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(QUIET_INTERVAL) {
+                    let now = activity();
+                    let quiet = now == seen;
+                    if now != trimmed && (quiet || trimmed_at.elapsed() >= BUSY_INTERVAL) {
+                        trim();
+                        (trimmed, trimmed_at) = (now, Instant::now());
+                    }
+                    seen = now;
                 }
             })
             .ok();

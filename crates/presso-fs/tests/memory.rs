@@ -43,6 +43,6 @@ fn freed_memory_between_blocks_in_use_leaves_the_resident_set_once_trimmed() {
 
 #[test]
 fn the_trimmer_stops_when_dropped() {
-    let trimmer = presso_fs::memory::Trimmer::start();
+    let trimmer = presso_fs::memory::Trimmer::start(|| 0);
     drop(trimmer);
 }

@@ -530,6 +530,13 @@ fn bytes_refused_for_space_read_the_same_before_and_after_a_remount() {
         "status never counted the refused write: {}",
         f.status()
     );
+    let status = f.status();
+    assert!(
+        status["refused_bytes"].as_u64().unwrap() >= 110_000,
+        "{status}"
+    );
+    let shown = exec(presso().arg("status").arg(&f.mnt)).ok();
+    assert!(shown.contains("REFUSED"), "{shown}");
     let mounted = std::fs::read(f.p("f")).unwrap();
     let mounted_size = std::fs::metadata(f.p("f")).unwrap().len();
     give_space_back(filler, &disk);

@@ -58,8 +58,10 @@ pub struct PressoFs {
     tasks: Sender<Task>,
     /// How long the kernel may cache names and attributes.
     ttl: Duration,
-    /// Set once the session exists, for a shared pool: see [`PressoFs::notifier_slot`].
+    /// Set once the session exists: see [`PressoFs::notifier_slot`].
     notifier: Arc<OnceLock<Notifier>>,
+    /// Refused writes whose pages the kernel is to drop: see [`PressoFs::drop_refused_pages`].
+    refused: Sender<RefusedWrite>,
     /// Whether to take requests from io_uring queues when the kernel offers them.
     ring_wanted: bool,
     /// The queues' rings, made at INIT when the kernel took them, until they are served.
@@ -84,11 +86,14 @@ impl PressoFs {
                     }
                 });
         }
+        let notifier = Arc::<OnceLock<Notifier>>::default();
+        let refused = refused_pages_dropper(vfs.clone(), notifier.clone());
         PressoFs {
             vfs,
             tasks: tx,
             ttl,
-            notifier: Arc::default(),
+            notifier,
+            refused,
             ring_wanted: ring,
             rings: Arc::default(),
         }
@@ -144,6 +149,7 @@ impl PressoFs {
     /// Where the daemon puts the session's notifier once the session exists. In a shared pool
     /// an open then first drops the attributes the kernel cached for the file, since another
     /// client may have changed it: the size read next is the committed one (close-to-open).
+    /// In any pool the kernel is told to drop the pages of a write the daemon refused.
     pub fn notifier_slot(&self) -> Arc<OnceLock<Notifier>> {
         self.notifier.clone()
     }
@@ -167,19 +173,10 @@ impl PressoFs {
 
     /// Tells the kernel to drop its cached pages of a refused write's range, which it would
     /// otherwise go on reading as if they were stored (see [`Vfs::grow_for_refused_write`]).
-    /// From a worker, after the reply: the kernel drops a page only once its writeback has
-    /// ended, and that waits for the reply. The refused write is counted then, so that once
-    /// status counts it, the pages are gone.
+    /// Call after the reply: the kernel drops a page only once its writeback has ended, and
+    /// that waits for the reply.
     fn drop_refused_pages(&self, ino: u64, offset: u64, len: usize) {
-        let notifier = self.notifier.clone();
-        self.spawn(move |vfs| {
-            if let Some(notifier) = notifier.get() {
-                let (offset, len) = (offset.min(i64::MAX as u64) as i64, len as i64);
-                // ENOENT (the kernel no longer has the inode) needs nothing more.
-                let _ = notifier.inval_inode(INodeNo(ino), offset, len);
-            }
-            vfs.note_refused_write(len as u64);
-        });
+        let _ = self.refused.send(RefusedWrite { ino, offset, len });
     }
 
     /// What the kernel may keep of a file it opens: its cached pages, when every change to the
@@ -198,4 +195,32 @@ impl PressoFs {
         let vfs = self.vfs.clone();
         let _ = self.tasks.send(Box::new(move || task(vfs)));
     }
+}
+
+/// A write the daemon refused, whose pages the kernel still holds.
+struct RefusedWrite {
+    ino: u64,
+    offset: u64,
+    len: usize,
+}
+
+/// The thread that has the kernel drop refused writes' pages, one write after the other, then
+/// counts each ([`Vfs::note_refused_write`]: once status counts a write, its pages are gone). A
+/// thread of its own: dropping a page waits for its lock, which a read of it holds until the
+/// worker pool has served that read, so a worker waiting there could wait for itself.
+fn refused_pages_dropper(vfs: Arc<Vfs>, notifier: Arc<OnceLock<Notifier>>) -> Sender<RefusedWrite> {
+    let (tx, rx) = unbounded::<RefusedWrite>();
+    let _ = std::thread::Builder::new()
+        .name("presso-refused".into())
+        .spawn(move || {
+            for write in rx {
+                if let Some(notifier) = notifier.get() {
+                    let offset = write.offset.min(i64::MAX as u64) as i64;
+                    // ENOENT (the kernel no longer has the inode) needs nothing more.
+                    let _ = notifier.inval_inode(INodeNo(write.ino), offset, write.len as i64);
+                }
+                vfs.note_refused_write(write.len as u64);
+            }
+        });
+    tx
 }
