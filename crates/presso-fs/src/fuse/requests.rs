@@ -419,7 +419,6 @@ impl PressoFs {
     }
 }
 
-/// Answers a request no handler serves: the kernel then stops sending it where it can.
 /// What the kernel says of a WRITE besides its bytes.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct WriteKind {
@@ -429,6 +428,7 @@ pub(super) struct WriteKind {
     pub from_cache: bool,
 }
 
+/// Answers a request no handler serves: the kernel then stops sending it where it can.
 pub(super) fn unsupported(reply: impl Reply) {
     reply.error(Errno::ENOSYS)
 }
