@@ -61,12 +61,10 @@ impl Trimmer {
             .name("presso-memory".into())
             .spawn(move || {
                 let mut seen = activity();
-                // What had been done at the last trim: a daemon idle since needs no other.
                 let (mut trimmed, mut trimmed_at) = (seen, Instant::now());
                 while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(QUIET_INTERVAL) {
                     let now = activity();
-                    let quiet = now == seen;
-                    if now != trimmed && (quiet || trimmed_at.elapsed() >= BUSY_INTERVAL) {
+                    if trim_due(now, seen, trimmed, trimmed_at.elapsed()) {
                         trim();
                         (trimmed, trimmed_at) = (now, Instant::now());
                     }
@@ -79,6 +77,14 @@ impl Trimmer {
             thread,
         }
     }
+}
+
+/// Whether to trim, the daemon's activity counter being `now`, `seen` one [`QUIET_INTERVAL`]
+/// ago and `trimmed` at the last trim, `since_trim` ago: if it did anything since that trim
+/// (else there is nothing new to give back), and either was quiet over the last interval or has
+/// been busy for [`BUSY_INTERVAL`].
+fn trim_due(now: u64, seen: u64, trimmed: u64, since_trim: Duration) -> bool {
+    now != trimmed && (now == seen || since_trim >= BUSY_INTERVAL)
 }
 
 impl Drop for Trimmer {
@@ -96,5 +102,23 @@ pub fn trim() {
     // SAFETY: malloc_trim takes the arenas' own locks and frees nothing in use.
     unsafe {
         libc::malloc_trim(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trims_once_quiet_or_once_a_minute_while_busy_and_never_when_idle() {
+        let soon = Duration::from_secs(10);
+        // Quiet over the last interval after work since the last trim.
+        assert!(trim_due(500, 500, 100, soon));
+        // Busy: not within the minute, then once it has passed.
+        assert!(!trim_due(600, 500, 100, soon));
+        assert!(trim_due(600, 500, 100, BUSY_INTERVAL));
+        // Idle since the last trim, however long: nothing new to give back.
+        assert!(!trim_due(100, 100, 100, soon));
+        assert!(!trim_due(100, 100, 100, BUSY_INTERVAL * 10));
     }
 }
