@@ -102,21 +102,13 @@ impl Vfs {
     /// the kernel has dropped the refused pages, as after a remount. The writer has had its
     /// error (at fsync or close).
     pub fn grow_for_refused_write(&self, ino: u64, end: u64) -> Result<()> {
-        if end > i64::MAX as u64 {
-            return Err(FsError::FileTooLarge);
-        }
         let node = self.node(ino)?;
         let mut st = node.state.lock();
+        // Under the lock: a write accepted meanwhile past `end` is not cut back.
         if end <= st.size {
             return Ok(());
         }
-        self.trim_past_size(&node, &mut st)?;
-        st.size = end;
-        st.mtime = Timespec::now();
-        st.size_dirty = true;
-        drop(st);
-        self.pool.unsynced().note();
-        Ok(())
+        self.resize(&node, &mut st, end)
     }
 
     /// The Dirty buffer of record `index`, created from its current contents (unless the caller
@@ -272,25 +264,30 @@ impl Vfs {
     }
 
     pub(super) fn truncate(&self, node: &Arc<FileNode>, size: u64) -> Result<()> {
+        let mut st = node.state.lock();
+        self.resize(node, &mut st, size)
+    }
+
+    /// [`Vfs::truncate`] with the node locked.
+    fn resize(&self, node: &Arc<FileNode>, st: &mut FileState, size: u64) -> Result<()> {
         if size > i64::MAX as u64 {
             return Err(FsError::FileTooLarge);
         }
-        let mut st = node.state.lock();
         let mut clearing = None;
         let mut cut = Ok(());
         if size < st.size {
-            let (generation, result) = self.cut_at(node, &mut st, size)?;
+            let (generation, result) = self.cut_at(node, st, size)?;
             clearing = Some(generation);
             cut = result;
         } else if size > st.size {
-            self.trim_past_size(node, &mut st)?;
+            self.trim_past_size(node, st)?;
         }
         st.size = size;
         st.mtime = Timespec::now();
         st.size_dirty = true;
         // Queued after the ClearRecord ops: when it commits, so have they. Queued even when the
         // new last record could not be read, so the watermark always ends.
-        self.queue_size_tagged(node, &mut st, clearing);
+        self.queue_size_tagged(node, st, clearing);
         self.pool.unsynced().note();
         cut
     }
