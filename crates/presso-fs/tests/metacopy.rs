@@ -88,3 +88,73 @@ fn the_copy_gives_back_every_file_when_the_metadata_is_lost() {
     assert_eq!(&vfs.read(ino, 0, data.len() as u32).unwrap()[..], &data[..]);
     vfs.shutdown().unwrap();
 }
+
+/// The copy file's identity: each refresh renames a new file over it.
+fn copy_identity(dir: &Path) -> (u64, std::time::SystemTime) {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(dir.join(COPY_FILE)).unwrap();
+    (meta.ino(), meta.modified().unwrap())
+}
+
+#[test]
+fn a_mount_that_only_reads_leaves_the_copy_as_it_is() {
+    let dir = temp_pool("reads-only");
+    let (pool, _) = Pool::open(&dir.0, PoolOptions::default()).unwrap();
+    let vfs = Vfs::new(pool, VfsConfig::default());
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    create_file(&vfs, "kept", &data);
+    vfs.shutdown().unwrap();
+    let before = copy_identity(&dir.0);
+
+    for _ in 0..2 {
+        let (pool, _) = Pool::open(&dir.0, PoolOptions::default()).unwrap();
+        let vfs = Vfs::new(pool, VfsConfig::default());
+        let ino = vfs.lookup(ROOT_INO, b"kept").unwrap().ino;
+        let fh = vfs.open(ino).unwrap();
+        assert_eq!(&vfs.read(ino, 0, data.len() as u32).unwrap()[..], &data[..]);
+        vfs.release(ino, fh).unwrap();
+        // The sweep saves the mount's statistics (bytes read): a write that is no change.
+        vfs.sync_all().unwrap();
+        vfs.shutdown().unwrap();
+        assert_eq!(copy_identity(&dir.0), before, "the copy was rewritten");
+    }
+    let read = MetaStore::open_sqlite(dir.0.join("meta.db"))
+        .unwrap()
+        .statistics(&["stat.read_bytes"])
+        .unwrap();
+    assert!(read[0] >= 2 * data.len() as u64, "{read:?}");
+}
+
+/// A change of names alone (no record, so no transaction group with ops) is a change: the copy
+/// follows it while mounted and at close.
+#[test]
+fn a_rename_alone_is_copied_while_mounted_and_at_close() {
+    let dir = temp_pool("rename");
+    let (pool, _) = Pool::open(&dir.0, PoolOptions::default()).unwrap();
+    let vfs = Vfs::new(pool, VfsConfig::default());
+    create_file(&vfs, "first", b"named three times");
+    vfs.shutdown().unwrap();
+    assert!(copy_has(&dir.0, "first"));
+
+    let options = PoolOptions {
+        metadata_copy_every: Duration::ZERO,
+        ..PoolOptions::default()
+    };
+    let (pool, _) = Pool::open(&dir.0, options).unwrap();
+    let vfs = Vfs::new(pool, VfsConfig::default());
+    vfs.rename(ROOT_INO, b"first", ROOT_INO, b"second").unwrap();
+    let started = Instant::now();
+    while !copy_has(&dir.0, "second") {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no copy holding the new name 30 s after the rename"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    vfs.rename(ROOT_INO, b"second", ROOT_INO, b"third").unwrap();
+    vfs.shutdown().unwrap();
+    assert!(
+        copy_has(&dir.0, "third"),
+        "the close did not copy the rename"
+    );
+}

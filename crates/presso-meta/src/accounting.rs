@@ -277,7 +277,7 @@ impl MetaStore {
         if adds.iter().all(|&(_, amount)| amount == 0) {
             return Ok(());
         }
-        self.write(|tx| {
+        self.write_tagged(false, |tx| {
             for &(name, amount) in adds {
                 add_counter(tx, name, amount, 0)?;
             }

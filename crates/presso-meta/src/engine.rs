@@ -39,6 +39,9 @@ pub const COUNTER_NEXT_INODE: &str = "next_inode";
 /// Counter: the number of the last transaction group committed (see
 /// [`crate::MetaStore::apply_txg_numbered`]).
 pub const COUNTER_LAST_TXG: &str = "last_txg";
+/// Counter: the change tag, a value no earlier change had, set by every committed change of the
+/// metadata but its statistics (see [`crate::MetaStore::change_tag`]).
+pub const COUNTER_CHANGE_TAG: &str = "change_tag";
 /// Counter holding the sum of `logical_len` of all records.
 pub const COUNTER_LOGICAL: &str = "logical_bytes";
 /// Counter holding the sum of `stored_len` of all records.
@@ -275,6 +278,12 @@ pub trait MetaEngine: Send + Sync {
         let _ = path;
         Ok(false)
     }
+    /// Reads counter `name` of a copy [`MetaEngine::copy_to`] wrote at `path`, without changing
+    /// the file: `Ok(None)` if the copy has no such counter, or this engine writes no copies.
+    fn counter_in_copy(&self, path: &std::path::Path, name: &str) -> Result<Option<u64>> {
+        let _ = (path, name);
+        Ok(None)
+    }
     /// Checkpoints, then closes the engine's files (SQLite: its connections, which removes the
     /// log and its index). Nothing may use the engine afterwards. Nothing to do by default.
     fn close(&self) -> Result<()> {
@@ -399,6 +408,12 @@ pub trait Txn {
     /// [`MetaStore::codec_usage`](crate::MetaStore::codec_usage) reads instead of scanning every
     /// record. Engines whose counters cost a round trip each say no, and scan.
     fn keeps_codec_counters(&self) -> bool {
+        true
+    }
+    /// Whether changes set the change tag ([`COUNTER_CHANGE_TAG`]), which tells a copy of the
+    /// metadata that is still current from one that is not. Engines that write no copies and
+    /// whose counters cost a round trip each say no.
+    fn keeps_change_tag(&self) -> bool {
         true
     }
 

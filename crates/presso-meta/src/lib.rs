@@ -75,6 +75,7 @@
 //! (handing over the frame a record already points at changes nothing).
 
 mod accounting;
+mod change_tag;
 mod clients;
 pub mod engine;
 mod error;
@@ -222,10 +223,26 @@ impl MetaStore {
         Ok(r)
     }
 
+    /// A transaction that changes the metadata: it sets the change tag (see [`change_tag`]).
+    /// Open one only to change something: a mount that changes nothing keeps the pool's copy
+    /// of its metadata current.
     pub(crate) fn write<R>(&self, f: impl FnOnce(&mut dyn Txn) -> Result<R>) -> Result<R> {
+        self.write_tagged(true, f)
+    }
+
+    /// [`MetaStore::write`], setting the change tag only when `tagged`: a transaction that
+    /// changes nothing but statistics leaves it.
+    pub(crate) fn write_tagged<R>(
+        &self,
+        tagged: bool,
+        f: impl FnOnce(&mut dyn Txn) -> Result<R>,
+    ) -> Result<R> {
         // A client whose session is gone writes nothing: see `MetaStore::act_as_client`.
         let mut tx = self.engine.write_as(false, self.client())?;
         let r = f(&mut *tx)?;
+        if tagged {
+            change_tag::note_change(&mut *tx)?;
+        }
         tx.commit()?;
         Ok(r)
     }

@@ -492,6 +492,10 @@ impl MetaStore {
     /// Meant for pool open, before any file is open: it also removes orphans that are still open.
     /// Engines index inodes with `nlink == 0`, so this costs nothing when there are none.
     pub fn purge_orphans(&self) -> Result<Vec<RecordRef>> {
+        // Most opens find none, and then write nothing (see `MetaStore::write`).
+        if self.read(|tx| tx.list_orphans())?.is_empty() {
+            return Ok(Vec::new());
+        }
         self.write(|tx| {
             let mut freed = Vec::new();
             for ino in tx.list_orphans()? {

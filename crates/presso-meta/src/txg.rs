@@ -184,6 +184,9 @@ impl MetaStore {
                 tx.set_counter(COUNTER_LAST_TXG, number)?;
             }
         }
+        if !ops.is_empty() {
+            crate::change_tag::note_change(&mut *tx)?;
+        }
         tx.commit()?;
         Ok(out)
     }

@@ -1,6 +1,6 @@
 //! The commit thread: commits each transaction group as it closes, folds the metadata log into
-//! the database file every minute and refreshes the metadata copy every few minutes of
-//! activity (less often for metadata so large that its copy takes long).
+//! the database file every minute and refreshes the metadata copy every few minutes if the
+//! metadata changed (less often for metadata so large that its copy takes long).
 
 use std::time::{Duration, Instant};
 
@@ -15,7 +15,7 @@ const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(60);
 
 pub(super) fn commit_loop(pool: std::sync::Weak<Pool>) {
     let mut checkpointed = Instant::now();
-    let (mut copied, mut changed) = (Instant::now(), false);
+    let mut copied = Instant::now();
     loop {
         let Some(pool) = pool.upgrade() else { return };
         let Some(group) = pool.txgs.next_group(pool.options.txg_interval) else {
@@ -36,7 +36,6 @@ pub(super) fn commit_loop(pool: std::sync::Weak<Pool>) {
             }
         }
         let failed = result.is_err();
-        changed |= !failed && !group.ops.is_empty();
         pool.txgs.finish(group, result);
         if !failed && checkpointed.elapsed() >= CHECKPOINT_INTERVAL {
             checkpointed = Instant::now();
@@ -44,8 +43,10 @@ pub(super) fn commit_loop(pool: std::sync::Weak<Pool>) {
                 crate::log!("presso: metadata checkpoint failed (retried later): {e}");
             }
         }
-        if changed && pool.metadata_copy_due(copied.elapsed()) {
-            (copied, changed) = (Instant::now(), false);
+        if pool.metadata_copy_due(copied.elapsed()) {
+            // Names and attributes change outside the groups: the refresh itself asks the
+            // metadata whether anything changed since the copy.
+            copied = Instant::now();
             pool.refresh_metadata_copy_later();
         }
         if failed {

@@ -2,7 +2,9 @@
 //! the segments mean anything, so, as ZFS keeps more copies of metadata than of data, the pool
 //! keeps a second, consistent one. It is refreshed at every clean close and, while the pool
 //! changes, every few minutes (in the background: writers go on), but never so often that the
-//! refreshes take more than a twentieth of the time. Each refresh writes a new file
+//! refreshes take more than a twentieth of the time; never while it is current (its change tag
+//! is the metadata's: nothing but statistics changed since it was taken, by any process), so a
+//! mount that only reads closes without rewriting it. Each refresh writes a new file
 //! and renames it over the old one, so the copy is always whole. When `meta.db` is lost or
 //! damaged the refusal names the copy, which restores the pool as of its time.
 
@@ -20,16 +22,17 @@ const COPY_TMP_FILE: &str = "meta.db.copy.tmp";
 
 impl Pool {
     /// Writes a fresh copy of the metadata into the pool directory (a pool opened from a
-    /// directory with SQLite metadata; others keep no copy). Waits for a refresh under way.
+    /// directory with SQLite metadata; others keep no copy), unless the copy there is current.
+    /// Waits for a refresh under way.
     pub fn refresh_metadata_copy(&self) -> Result<()> {
         let Some(dir) = self.copy_dir.get() else {
             return Ok(());
         };
         let _one_at_a_time = self.copying.lock();
-        timed_copy(self, dir)
+        refresh(self, dir)
     }
 
-    /// Whether a refresh is due, the last one `since` ago, while the pool changes: after
+    /// Whether a refresh may be due, the last one `since` ago: after
     /// [`PoolOptions::metadata_copy_every`](super::PoolOptions), and never so often that copies
     /// take more than [`COPY_SHARE`] of the time (metadata of many gigabytes takes a minute or
     /// more to copy). Not while one is under way.
@@ -38,7 +41,7 @@ impl Pool {
         !self.copying.is_locked() && since >= copy_interval(self.options.metadata_copy_every, took)
     }
 
-    /// Starts a refresh in the background unless one is under way.
+    /// Starts a refresh in the background unless one is under way (or the copy is current).
     pub(super) fn refresh_metadata_copy_later(self: &Arc<Self>) {
         if self.copy_dir.get().is_none() {
             return;
@@ -51,7 +54,7 @@ impl Pool {
                     return;
                 };
                 if let Some(dir) = pool.copy_dir.get() {
-                    if let Err(e) = timed_copy(&pool, dir) {
+                    if let Err(e) = refresh(&pool, dir) {
                         crate::log!(
                             "presso: cannot refresh the metadata copy (retried later): {e}"
                         );
@@ -68,6 +71,14 @@ pub const COPY_SHARE: u32 = 20;
 /// 1/[`COPY_SHARE`] of that.
 fn copy_interval(every: Duration, last_took: Duration) -> Duration {
     every.max(last_took.saturating_mul(COPY_SHARE))
+}
+
+/// [`timed_copy`] unless the copy in `dir` is current.
+fn refresh(pool: &Pool, dir: &Path) -> Result<()> {
+    match pool.meta.copy_is_current(&dir.join(COPY_FILE))? {
+        true => Ok(()),
+        false => timed_copy(pool, dir),
+    }
 }
 
 /// [`write_copy`], noting how long it took when it worked.

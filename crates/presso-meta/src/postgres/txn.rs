@@ -569,6 +569,12 @@ impl Txn for PgTxn<'_> {
         false
     }
 
+    fn keeps_change_tag(&self) -> bool {
+        // A shared pool keeps no copy of its metadata, and the tag would be one more statement
+        // on the server in every transaction, on a row every client writes.
+        false
+    }
+
     fn commit(mut self: Box<Self>) -> Result<()> {
         if self.failed {
             // Dropping rolls back.

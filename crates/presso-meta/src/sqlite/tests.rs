@@ -284,6 +284,100 @@ fn a_copy_opens_on_its_own_with_everything_committed() {
     assert!(store.copy_to(&copy.0).is_err());
 }
 
+/// A copy stays current through what changes nothing but statistics, reopening included, and
+/// stops being current with any change: of a name, an attribute, an extended attribute, a
+/// property, the record map or the accounting.
+#[test]
+fn a_copy_is_current_until_the_metadata_changes() {
+    let db = TempDb::new("tag-src");
+    let store = crate::MetaStore::create_sqlite(&db.0).unwrap();
+    store.init().unwrap();
+    let f = store
+        .make_node(crate::ROOT_INO, b"f", &crate::NewNode::file(0o600, 7, 8))
+        .unwrap()
+        .ino;
+    let mut copies = Vec::new();
+    let mut copy = |store: &crate::MetaStore| {
+        let path = TempDb::new(&format!("tag-copy-{}", copies.len()));
+        assert!(store.copy_to(&path.0).unwrap());
+        assert!(store.copy_is_current(&path.0).unwrap());
+        copies.push(path);
+        copies.last().unwrap().0.clone()
+    };
+    let rec = crate::RecordRef {
+        segment: 1,
+        offset: 0,
+        stored_len: 10,
+        logical_len: 20,
+        codec: 0,
+        checksum: 5,
+        inline: None,
+    };
+    type Change<'a> = Box<dyn Fn(&crate::MetaStore) + 'a>;
+    let changes: Vec<(&str, Change)> = vec![
+        (
+            "a name",
+            Box::new(move |s| assert_eq!(s.link(f, crate::ROOT_INO, b"g").unwrap().nlink, 2)),
+        ),
+        (
+            "a mode",
+            Box::new(move |s| {
+                let set = crate::SetAttr {
+                    mode: Some(0o644),
+                    ..Default::default()
+                };
+                assert_eq!(s.setattr(f, &set).unwrap().mode, 0o644);
+            }),
+        ),
+        (
+            "an xattr",
+            Box::new(move |s| s.set_xattr(f, b"user.k", b"v", Default::default()).unwrap()),
+        ),
+        (
+            "a property",
+            Box::new(move |s| s.set_prop(f, "compression", "zstd-3").unwrap()),
+        ),
+        (
+            "a record",
+            Box::new(move |s| drop(s.set_record(f, 0, &rec).unwrap())),
+        ),
+        (
+            "a group",
+            Box::new(move |s| {
+                let op = crate::TxgOp::SetSize {
+                    ino: f,
+                    size: 1,
+                    mtime: Timespec::now(),
+                };
+                drop(s.apply_txg_numbered(9, &[op], false).unwrap())
+            }),
+        ),
+        (
+            "garbage reclaimed",
+            Box::new(move |s| s.release_garbage(1).unwrap()),
+        ),
+    ];
+    for (what, change) in changes {
+        let path = copy(&store);
+        // What a mount that only reads does: statistics, empty groups, a purge with no orphans.
+        store.add_statistics(&[("stat.read_bytes", 4096)]).unwrap();
+        store.apply_txg_numbered(100, &[], false).unwrap();
+        store.apply_txg(&[], true).unwrap();
+        assert!(store.purge_orphans().unwrap().is_empty());
+        assert!(store.copy_is_current(&path).unwrap(), "before {what}");
+        change(&store);
+        assert!(!store.copy_is_current(&path).unwrap(), "after {what}");
+    }
+    let path = copy(&store);
+    drop(store);
+    let store = crate::MetaStore::open_sqlite(&db.0).unwrap();
+    assert!(store.copy_is_current(&path).unwrap(), "after reopening");
+    // A copy that is missing or not a database is not current.
+    assert!(!store.copy_is_current(&db.0.with_extension("none")).unwrap());
+    std::fs::write(&path, b"not a database").unwrap();
+    assert!(!store.copy_is_current(&path).unwrap());
+}
+
 /// A database whose main file is damaged while its write-ahead log still holds commits (a
 /// daemon killed, then the file damaged): the refused open keeps both files byte for byte.
 /// SQLite checkpoints and deletes the log when the last connection closes, and the refused
