@@ -290,6 +290,13 @@ pub struct ScrubReport {
     pub orphan_frames: u64,
     /// Their bytes.
     pub orphan_bytes: u64,
+    /// What was wrong with the pool's copy of its metadata (`meta.db.copy`), if anything: it was
+    /// missing, did not open, or had damaged pages. A fresh copy then replaces it.
+    #[serde(default)]
+    pub metadata_copy_problem: Option<String>,
+    /// Why the fresh copy could not be written, if it could not.
+    #[serde(default)]
+    pub metadata_copy_not_rewritten: Option<String>,
 }
 
 impl ScrubReport {
@@ -298,11 +305,14 @@ impl ScrubReport {
         self.damaged.is_empty()
             && self.damaged_entries.is_empty()
             && self.damaged_headers.is_empty()
+            && self.metadata_copy_not_rewritten.is_none()
     }
 }
 
 /// Verifies every record the metadata references (segment checksum, frame checksums, decode,
-/// logical length) and every segment entry, and reports damage and orphans.
+/// logical length), every segment entry and the pool's copy of its metadata, and reports damage
+/// and orphans. A copy that is missing or damaged is written afresh: the metadata it copies has
+/// just served every record.
 ///
 /// Collection waits while a scrub runs: it moves records and removes their old segments, which
 /// a scrub looking at them meanwhile would take for damage.
@@ -367,6 +377,10 @@ pub fn scrub(pool: &Pool, progress: &mut dyn FnMut(Progress)) -> Result<ScrubRep
         }
     }
     report.damaged_headers = pool.store().recovery().bad_headers.clone();
+    if let Some((problem, rewritten)) = pool.repair_metadata_copy()? {
+        report.metadata_copy_problem = Some(problem);
+        report.metadata_copy_not_rewritten = rewritten.err().map(|e| e.to_string());
+    }
     progress(Progress { done: total, total });
     Ok(report)
 }

@@ -7,6 +7,7 @@ use common::TempDir;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use presso_fs::maintenance;
 use presso_fs::pool::{Pool, PoolOptions, COPY_FILE};
 use presso_fs::vfs::{Vfs, VfsConfig};
 use presso_meta::{MetaStore, NewNode, ROOT_INO};
@@ -157,4 +158,50 @@ fn a_rename_alone_is_copied_while_mounted_and_at_close() {
         copy_has(&dir.0, "third"),
         "the close did not copy the rename"
     );
+}
+
+/// Scrub checks the copy: a sound one is left as it is, a damaged or missing one is written
+/// afresh, and the report says which.
+#[test]
+fn scrub_writes_a_fresh_copy_in_place_of_a_damaged_or_missing_one() {
+    let dir = temp_pool("scrub");
+    let (pool, _) = Pool::open(&dir.0, PoolOptions::default()).unwrap();
+    let vfs = Vfs::new(pool, VfsConfig::default());
+    for i in 0..200 {
+        create_file(&vfs, &format!("file-{i}"), b"a name to keep");
+    }
+    vfs.shutdown().unwrap();
+    let copy = dir.0.join(COPY_FILE);
+    let sound = copy_identity(&dir.0);
+
+    let (pool, _) = Pool::open(&dir.0, PoolOptions::default()).unwrap();
+    let report = maintenance::scrub(&pool, &mut |_| {}).unwrap();
+    assert_eq!(report.metadata_copy_problem, None);
+    assert!(report.clean());
+    assert_eq!(copy_identity(&dir.0), sound, "a sound copy was rewritten");
+
+    // Every page after the header's overwritten: the file still opens, its B-trees do not.
+    let mut bytes = std::fs::read(&copy).unwrap();
+    assert!(bytes.len() > 8192, "a copy of {} bytes", bytes.len());
+    for (i, b) in bytes[4096..].iter_mut().enumerate() {
+        *b = (i * 7 % 251) as u8;
+    }
+    std::fs::write(&copy, &bytes).unwrap();
+    assert!(!copy_has(&dir.0, "file-199"));
+    let report = maintenance::scrub(&pool, &mut |_| {}).unwrap();
+    assert!(report.metadata_copy_problem.is_some(), "{report:?}");
+    assert_eq!(report.metadata_copy_not_rewritten, None);
+    assert!(report.clean());
+    assert!(copy_has(&dir.0, "file-199"), "the fresh copy");
+
+    std::fs::remove_file(&copy).unwrap();
+    let report = maintenance::scrub(&pool, &mut |_| {}).unwrap();
+    assert_eq!(
+        report.metadata_copy_problem.as_deref(),
+        Some("there is none")
+    );
+    assert!(copy_has(&dir.0, "file-199"), "the fresh copy");
+    let report = maintenance::scrub(&pool, &mut |_| {}).unwrap();
+    assert_eq!(report.metadata_copy_problem, None);
+    pool.close().unwrap();
 }

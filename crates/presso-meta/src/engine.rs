@@ -284,6 +284,13 @@ pub trait MetaEngine: Send + Sync {
         let _ = (path, name);
         Ok(None)
     }
+    /// Checks the structure of a copy [`MetaEngine::copy_to`] wrote at `path`, without changing
+    /// the file: `Ok(None)` if it opens and is sound (or this engine writes no copies), else
+    /// what is wrong with it.
+    fn check_copy(&self, path: &std::path::Path) -> Result<Option<String>> {
+        let _ = path;
+        Ok(None)
+    }
     /// Checkpoints, then closes the engine's files (SQLite: its connections, which removes the
     /// log and its index). Nothing may use the engine afterwards. Nothing to do by default.
     fn close(&self) -> Result<()> {

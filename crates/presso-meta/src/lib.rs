@@ -75,8 +75,8 @@
 //! (handing over the frame a record already points at changes nothing).
 
 mod accounting;
-mod change_tag;
 mod clients;
+mod copies;
 pub mod engine;
 mod error;
 mod locks;
@@ -223,7 +223,7 @@ impl MetaStore {
         Ok(r)
     }
 
-    /// A transaction that changes the metadata: it sets the change tag (see [`change_tag`]).
+    /// A transaction that changes the metadata: it sets the change tag (see [`copies`]).
     /// Open one only to change something: a mount that changes nothing keeps the pool's copy
     /// of its metadata current.
     pub(crate) fn write<R>(&self, f: impl FnOnce(&mut dyn Txn) -> Result<R>) -> Result<R> {
@@ -241,7 +241,7 @@ impl MetaStore {
         let mut tx = self.engine.write_as(false, self.client())?;
         let r = f(&mut *tx)?;
         if tagged {
-            change_tag::note_change(&mut *tx)?;
+            copies::note_change(&mut *tx)?;
         }
         tx.commit()?;
         Ok(r)

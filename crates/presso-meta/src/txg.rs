@@ -185,7 +185,7 @@ impl MetaStore {
             }
         }
         if !ops.is_empty() {
-            crate::change_tag::note_change(&mut *tx)?;
+            crate::copies::note_change(&mut *tx)?;
         }
         tx.commit()?;
         Ok(out)

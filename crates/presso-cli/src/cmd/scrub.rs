@@ -9,8 +9,9 @@ use presso_fs::maintenance::ScrubReport;
 
 use super::{request, target};
 
-/// Verify every record's checksums and decoding, and every segment entry; report damage and
-/// orphaned frames. Exits non-zero if anything is damaged.
+/// Verify every record's checksums and decoding, every segment entry and the pool's copy of its
+/// metadata (rewritten if missing or damaged); report damage and orphaned frames. Exits non-zero
+/// if anything is damaged.
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
   presso scrub /mnt/data
@@ -59,6 +60,14 @@ pub fn run(args: ScrubArgs) -> Result<()> {
         }
         for (segment, offset, why) in &r.damaged_entries {
             println!("  damaged entry: segment {segment} offset {offset}: {why}");
+        }
+        if let Some(problem) = &r.metadata_copy_problem {
+            match &r.metadata_copy_not_rewritten {
+                None => println!("  metadata copy: {problem}; a fresh copy was written"),
+                Some(why) => {
+                    println!("  metadata copy: {problem}; a fresh copy could not be written: {why}")
+                }
+            }
         }
     }
     if !r.clean() {

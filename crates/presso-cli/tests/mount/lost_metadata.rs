@@ -99,6 +99,21 @@ fn presso_recover_rebuilds_a_corrupted_metadata_database() {
     assert_file_eq(&mnt.join("dir/a"), &a);
     assert_file_eq(&mnt.join(format!("lost+found/{c_ino}")), &c);
     daemon.unmount().unwrap_or_else(|e| panic!("{e}"));
+
+    // A damaged copy: a scrub of the unmounted pool names it and writes a fresh one, which a
+    // recovery then starts from.
+    let copy = pool.join("meta.db.copy");
+    let mut damaged = std::fs::read(&copy).unwrap();
+    for byte in damaged.iter_mut().skip(4096) {
+        *byte ^= 0x5A;
+    }
+    std::fs::write(&copy, &damaged).unwrap();
+    let text = exec(presso().arg("scrub").arg(&pool)).ok();
+    assert!(text.contains("metadata copy: it is damaged"), "{text}");
+    assert!(text.contains("a fresh copy was written"), "{text}");
+    let text = exec(presso().arg("recover").arg(&pool).arg("--force")).ok();
+    assert!(text.contains("started from meta.db.copy"), "{text}");
+    assert!(text.contains("files in /lost+found: 0"), "{text}");
 }
 
 /// A name whose inode row is gone from the metadata (edited with SQL while unmounted): listing

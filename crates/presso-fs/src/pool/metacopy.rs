@@ -32,6 +32,26 @@ impl Pool {
         refresh(self, dir)
     }
 
+    /// Checks the copy and, if it is missing or not sound (it does not open, its pages or
+    /// B-trees are damaged), writes a fresh one: what was wrong with it and how the rewrite
+    /// went. `None`: the copy is sound, or the pool keeps none. Waits for a refresh under way.
+    pub fn repair_metadata_copy(&self) -> Result<Option<(String, Result<()>)>> {
+        let Some(dir) = self.copy_dir.get() else {
+            return Ok(None);
+        };
+        let _one_at_a_time = self.copying.lock();
+        let path = dir.join(COPY_FILE);
+        let problem = match path.try_exists() {
+            Ok(false) => "there is none".to_owned(),
+            Ok(true) => match self.meta.check_copy(&path)? {
+                None => return Ok(None),
+                Some(problem) => problem,
+            },
+            Err(e) => format!("cannot look for it: {e}"),
+        };
+        Ok(Some((problem, timed_copy(self, dir))))
+    }
+
     /// Whether a refresh may be due, the last one `since` ago: after
     /// [`PoolOptions::metadata_copy_every`](super::PoolOptions), and never so often that copies
     /// take more than [`COPY_SHARE`] of the time (metadata of many gigabytes takes a minute or

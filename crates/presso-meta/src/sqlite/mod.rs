@@ -37,6 +37,7 @@
 mod cache;
 #[cfg(test)]
 mod cache_tests;
+mod copies;
 mod group;
 mod intent;
 mod intent_file;
@@ -57,7 +58,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use rusqlite::config::DbConfig;
-use rusqlite::{Connection, OpenFlags, OptionalExtension};
+use rusqlite::{Connection, OpenFlags};
 
 use crate::engine::{MetaEngine, Txn};
 use crate::error::{MetaError, Result};
@@ -512,17 +513,11 @@ impl MetaEngine for SqliteEngine {
     }
 
     fn counter_in_copy(&self, path: &Path, name: &str) -> Result<Option<u64>> {
-        // A copy is a database without a log (`VACUUM INTO` writes one in rollback mode), so
-        // a read-only connection creates no file beside it.
-        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(path, flags).map_err(eng)?;
-        let value: Option<i64> = conn
-            .query_row("SELECT value FROM counters WHERE name = ?1", [name], |r| {
-                r.get(0)
-            })
-            .optional()
-            .map_err(eng_on(&conn))?;
-        Ok(value.map(|v| v as u64))
+        copies::counter(path, name)
+    }
+
+    fn check_copy(&self, path: &Path) -> Result<Option<String>> {
+        copies::check(path)
     }
 
     fn close(&self) -> Result<()> {

@@ -1,12 +1,13 @@
-//! The change tag: a counter that every committed change of the metadata, other than its
-//! statistics, sets to a value no change had before. A copy of the metadata
-//! ([`MetaEngine::copy_to`](crate::MetaEngine::copy_to)) holds the tag of the state it was taken
-//! of, so a copy whose tag is the metadata's own is still current, whichever process made the
-//! changes and whether or not it closed cleanly; a count would not tell a copy from a
-//! metadata file restored from a backup and changed as often since.
+//! What the metadata knows of a copy of itself ([`MetaEngine::copy_to`](crate::MetaEngine::copy_to),
+//! the pool's `meta.db.copy`): whether it is still current, and whether it is sound.
 //!
-//! The statistics (bytes read, records decoded) change on every mount, also one that only reads;
-//! they do not set the tag, so such a mount leaves its copy current.
+//! Current: every committed change of the metadata, other than its statistics, sets a counter,
+//! the change tag, to a value no change had before. A copy holds the tag of the state it was
+//! taken of, so a copy whose tag is the metadata's own is still current, whichever process made
+//! the changes and whether or not it closed cleanly; a count would not tell a copy from a
+//! metadata file restored from a backup and changed as often since. The statistics (bytes read,
+//! records decoded) change on every mount, also one that only reads; they do not set the tag,
+//! so such a mount leaves its copy current.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -37,6 +38,12 @@ impl MetaStore {
             .engine
             .counter_in_copy(path, COUNTER_CHANGE_TAG)
             .is_ok_and(|copied| copied == Some(tag)))
+    }
+
+    /// What is wrong with the copy at `path` ([`MetaStore::copy_to`]), if anything: it does
+    /// not open, or its pages or B-trees are damaged. Reads only.
+    pub fn check_copy(&self, path: &Path) -> Result<Option<String>> {
+        self.engine.check_copy(path)
     }
 }
 
