@@ -29,6 +29,39 @@ fn create_file(vfs: &Vfs, name: &str, data: &[u8]) -> u64 {
     ino
 }
 
+/// The pool in `dir`, opened with `options`, under a file layer.
+fn mount(dir: &Path, options: PoolOptions) -> std::sync::Arc<Vfs> {
+    let (pool, _) = Pool::open(dir, options).unwrap();
+    Vfs::new(pool, VfsConfig::default())
+}
+
+/// `len` bytes of a pattern that compresses.
+fn patterned(len: u32) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8).collect()
+}
+
+/// Waits until the copy in `dir` names `name`, which the background refresh writes a moment
+/// after the change; fails after 30 s.
+fn wait_for_copy_of(dir: &Path, name: &str) {
+    let started = Instant::now();
+    while !copy_has(dir, name) {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no copy naming {name} 30 s after the change"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A new pool holding one file, `name` with `data`, closed (which writes its copy).
+fn pool_holding(tag: &str, name: &str, data: &[u8]) -> TempDir {
+    let dir = temp_pool(tag);
+    let vfs = mount(&dir.0, PoolOptions::default());
+    create_file(&vfs, name, data);
+    vfs.shutdown().unwrap();
+    dir
+}
+
 /// Whether the copy in `dir` opens on its own and names `name`.
 fn copy_has(dir: &Path, name: &str) -> bool {
     MetaStore::open_sqlite(dir.join(COPY_FILE))
@@ -43,19 +76,11 @@ fn the_copy_follows_the_pool_while_it_changes_and_at_close() {
         metadata_copy_every: Duration::ZERO,
         ..PoolOptions::default()
     };
-    let (pool, _) = Pool::open(&dir.0, options).unwrap();
-    let vfs = Vfs::new(pool, VfsConfig::default());
+    let vfs = mount(&dir.0, options);
     create_file(&vfs, "early", b"written while mounted");
     vfs.sync_all().unwrap();
     // The refresh runs in the background after a commit that changed something.
-    let started = Instant::now();
-    while !copy_has(&dir.0, "early") {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "no copy holding the file 30 s after its commit"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_copy_of(&dir.0, "early");
     create_file(&vfs, "late", b"written just before the close");
     vfs.shutdown().unwrap();
     assert!(
@@ -67,12 +92,8 @@ fn the_copy_follows_the_pool_while_it_changes_and_at_close() {
 
 #[test]
 fn the_copy_gives_back_every_file_when_the_metadata_is_lost() {
-    let dir = temp_pool("restore");
-    let (pool, _) = Pool::open(&dir.0, PoolOptions::default()).unwrap();
-    let vfs = Vfs::new(pool, VfsConfig::default());
-    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
-    create_file(&vfs, "precious", &data);
-    vfs.shutdown().unwrap();
+    let data = patterned(300_000);
+    let dir = pool_holding("restore", "precious", &data);
 
     let meta = dir.0.join("meta.db");
     std::fs::write(&meta, b"").unwrap();
@@ -83,8 +104,7 @@ fn the_copy_gives_back_every_file_when_the_metadata_is_lost() {
     assert!(refused.contains(COPY_FILE), "{refused}");
 
     std::fs::copy(dir.0.join(COPY_FILE), &meta).unwrap();
-    let (pool, _) = Pool::open(&dir.0, PoolOptions::default()).unwrap();
-    let vfs = Vfs::new(pool, VfsConfig::default());
+    let vfs = mount(&dir.0, PoolOptions::default());
     let ino = vfs.lookup(ROOT_INO, b"precious").unwrap().ino;
     assert_eq!(&vfs.read(ino, 0, data.len() as u32).unwrap()[..], &data[..]);
     vfs.shutdown().unwrap();
@@ -99,17 +119,12 @@ fn copy_identity(dir: &Path) -> (u64, std::time::SystemTime) {
 
 #[test]
 fn a_mount_that_only_reads_leaves_the_copy_as_it_is() {
-    let dir = temp_pool("reads-only");
-    let (pool, _) = Pool::open(&dir.0, PoolOptions::default()).unwrap();
-    let vfs = Vfs::new(pool, VfsConfig::default());
-    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
-    create_file(&vfs, "kept", &data);
-    vfs.shutdown().unwrap();
+    let data = patterned(300_000);
+    let dir = pool_holding("reads-only", "kept", &data);
     let before = copy_identity(&dir.0);
 
     for _ in 0..2 {
-        let (pool, _) = Pool::open(&dir.0, PoolOptions::default()).unwrap();
-        let vfs = Vfs::new(pool, VfsConfig::default());
+        let vfs = mount(&dir.0, PoolOptions::default());
         let ino = vfs.lookup(ROOT_INO, b"kept").unwrap().ino;
         let fh = vfs.open(ino).unwrap();
         assert_eq!(&vfs.read(ino, 0, data.len() as u32).unwrap()[..], &data[..]);
@@ -130,28 +145,16 @@ fn a_mount_that_only_reads_leaves_the_copy_as_it_is() {
 /// follows it while mounted and at close.
 #[test]
 fn a_rename_alone_is_copied_while_mounted_and_at_close() {
-    let dir = temp_pool("rename");
-    let (pool, _) = Pool::open(&dir.0, PoolOptions::default()).unwrap();
-    let vfs = Vfs::new(pool, VfsConfig::default());
-    create_file(&vfs, "first", b"named three times");
-    vfs.shutdown().unwrap();
+    let dir = pool_holding("rename", "first", b"named three times");
     assert!(copy_has(&dir.0, "first"));
 
     let options = PoolOptions {
         metadata_copy_every: Duration::ZERO,
         ..PoolOptions::default()
     };
-    let (pool, _) = Pool::open(&dir.0, options).unwrap();
-    let vfs = Vfs::new(pool, VfsConfig::default());
+    let vfs = mount(&dir.0, options);
     vfs.rename(ROOT_INO, b"first", ROOT_INO, b"second").unwrap();
-    let started = Instant::now();
-    while !copy_has(&dir.0, "second") {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "no copy holding the new name 30 s after the rename"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_copy_of(&dir.0, "second");
     vfs.rename(ROOT_INO, b"second", ROOT_INO, b"third").unwrap();
     vfs.shutdown().unwrap();
     assert!(
@@ -165,8 +168,7 @@ fn a_rename_alone_is_copied_while_mounted_and_at_close() {
 #[test]
 fn scrub_writes_a_fresh_copy_in_place_of_a_damaged_or_missing_one() {
     let dir = temp_pool("scrub");
-    let (pool, _) = Pool::open(&dir.0, PoolOptions::default()).unwrap();
-    let vfs = Vfs::new(pool, VfsConfig::default());
+    let vfs = mount(&dir.0, PoolOptions::default());
     for i in 0..200 {
         create_file(&vfs, &format!("file-{i}"), b"a name to keep");
     }
