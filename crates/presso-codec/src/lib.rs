@@ -33,7 +33,8 @@ pub use engine::{
 };
 pub use format::DeflateEngine;
 pub use frame::{
-    decode_frame, decode_frame_with, decode_parsed_shared, DecodeOptions, FrameError, FrameHeader,
+    decode_frame, decode_frame_with, decode_parsed_shared, DecodeOptions, FrameBuf, FrameError,
+    FrameHeader,
 };
 pub use policy::{Threshold, ThresholdError};
 pub use record::Record;

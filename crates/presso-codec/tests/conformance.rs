@@ -68,29 +68,29 @@ fn every_codec_and_backend_round_trips() {
                 );
                 let decoded = backend
                     .engine
-                    .decode(&encoded.frame)
+                    .decode(&encoded.frame.contiguous())
                     .unwrap_or_else(|e| panic!("{ctx}: {e}"));
                 assert!(decoded == *data, "{ctx}: decoded bytes differ");
                 // The header the engine hands back is the one it wrote, and decodes the frame
                 // without being parsed again.
                 assert_eq!(
-                    FrameHeader::parse(&encoded.frame),
+                    FrameHeader::parse(&encoded.frame.contiguous()),
                     Ok(encoded.header),
                     "{ctx}: header"
                 );
                 let shared = backend
                     .engine
-                    .decode_parsed_shared(&encoded.header, encoded.frame.clone().into())
+                    .decode_parsed_shared(&encoded.header, encoded.frame.clone().into_vec().into())
                     .unwrap_or_else(|e| panic!("{ctx}: {e}"));
                 assert!(shared == *data, "{ctx}: decode_parsed_shared differs");
                 if spec.codec == CodecId::Gzip {
                     // Interchangeable formats: every deflate engine reads what any engine wrote.
                     for engine in DeflateEngine::ALL {
-                        let decoded =
-                            decode_frame_with(&encoded.frame, DecodeOptions { deflate: engine })
-                                .unwrap_or_else(|e| {
-                                    panic!("{ctx}: {} cannot read it: {e}", engine.name())
-                                });
+                        let decoded = decode_frame_with(
+                            &encoded.frame.contiguous(),
+                            DecodeOptions { deflate: engine },
+                        )
+                        .unwrap_or_else(|e| panic!("{ctx}: {} cannot read it: {e}", engine.name()));
                         assert!(
                             decoded == *data,
                             "{ctx}: {} decodes differently",
@@ -128,7 +128,7 @@ fn text_compresses_and_random_is_stored_raw() {
             .engine
             .compress(Record::from(random(128 << 10, 9)), spec);
         assert_eq!(encoded.verdict, Verdict::Skipped, "{}", backend.name);
-        let header = FrameHeader::parse(&encoded.frame).unwrap();
+        let header = FrameHeader::parse(&encoded.frame.contiguous()).unwrap();
         assert_eq!(header.codec, CodecId::Off);
     }
 }
@@ -180,7 +180,7 @@ fn a_record_that_does_not_fit_leaves_the_codec_working() {
                 "{ctx}, then {spec}: 128K of text after a record that did not fit (round {round})"
             );
             assert!(
-                engine.decode(&encoded.frame).unwrap() == data,
+                engine.decode(&encoded.frame.contiguous()).unwrap() == data,
                 "{ctx}, then {spec}"
             );
         }
@@ -197,7 +197,7 @@ fn largest_record_round_trips() {
                 continue;
             }
             let encoded = backend.engine.compress(Record::from(data.clone()), spec);
-            let decoded = backend.engine.decode(&encoded.frame).unwrap();
+            let decoded = backend.engine.decode(&encoded.frame.contiguous()).unwrap();
             assert!(decoded == data, "{} / {spec}", backend.name);
         }
     }
@@ -213,7 +213,7 @@ fn scattered_records_equal_contiguous_ones() {
         let spec: CodecSpec = "gzip-6".parse().unwrap();
         let a = backend.engine.compress(scattered.clone(), spec);
         assert_eq!(
-            backend.engine.decode(&a.frame).unwrap(),
+            backend.engine.decode(&a.frame.contiguous()).unwrap(),
             data,
             "{}",
             backend.name
@@ -253,7 +253,7 @@ fn compressed_frames() -> Vec<(CodecSpec, Vec<u8>, Vec<u8>)> {
             let spec: CodecSpec = s.parse().unwrap();
             let encoded = backend.engine.compress(Record::from(data.clone()), spec);
             assert_eq!(encoded.verdict, Verdict::Compressed, "{spec}");
-            (spec, data.clone(), encoded.frame)
+            (spec, data.clone(), encoded.frame.into_vec())
         })
         .collect()
 }
@@ -433,14 +433,14 @@ fn frames_carry_codec_level_and_gzip_crc() {
     let encoded = backend
         .engine
         .compress(Record::from(data.clone()), "gzip-9".parse().unwrap());
-    let header = FrameHeader::parse(&encoded.frame).unwrap();
+    let header = FrameHeader::parse(&encoded.frame.contiguous()).unwrap();
     assert_eq!((header.codec, header.level), (CodecId::Gzip, 9));
     assert_eq!(header.logical_len as usize, data.len());
     assert_eq!(header.logical_crc, crc32fast::hash(&data));
 
     // A deflate frame is a gzip member without recompression: header + payload + CRC + ISIZE.
     let mut member = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255];
-    member.extend_from_slice(&encoded.frame[HEADER_LEN..]);
+    member.extend_from_slice(&encoded.frame.contiguous()[HEADER_LEN..]);
     member.extend_from_slice(&header.logical_crc.to_le_bytes());
     member.extend_from_slice(&header.logical_len.to_le_bytes());
     let mut gunzipped = Vec::new();

@@ -87,7 +87,7 @@ fn write_fixture() {
             encoded.backend
         };
         assert_eq!(encoded.backend, expected);
-        out.extend_from_slice(&encoded.frame);
+        out.extend_from_slice(&encoded.frame.contiguous());
     }
     std::fs::write(FIXTURE, out).unwrap();
 }

@@ -50,7 +50,7 @@ fn run_all(engine: &Engine, data: &[Vec<u8>]) -> Vec<Encoded> {
     let out = batch.wait();
     for (encoded, original) in out.iter().zip(data) {
         assert_eq!(
-            &engine.decode(&encoded.frame).unwrap(),
+            &engine.decode(&encoded.frame.contiguous()).unwrap(),
             original,
             "a record was lost or damaged"
         );
@@ -139,7 +139,7 @@ fn broken_device_is_marked_unavailable_and_left_alone() {
     // One at a time, so exactly `failure_limit` jobs reach the device before it is marked.
     for d in &data {
         let encoded = engine.compress(Record::from(d.clone()), gzip());
-        assert_eq!(&engine.decode(&encoded.frame).unwrap(), d);
+        assert_eq!(&engine.decode(&encoded.frame.contiguous()).unwrap(), d);
         assert_eq!(encoded.backend, BackendKind::Software);
     }
     let stats = engine.stats();
@@ -175,7 +175,7 @@ fn repaired_device_is_reprobed_and_used_again() {
     plan.set_broken(false);
     for d in &data[10..] {
         let encoded = engine.compress(Record::from(d.clone()), gzip());
-        assert_eq!(&engine.decode(&encoded.frame).unwrap(), d);
+        assert_eq!(&engine.decode(&encoded.frame.contiguous()).unwrap(), d);
         assert_eq!(encoded.backend, BackendKind::Accelerator);
     }
     let healed = engine.stats();
@@ -224,7 +224,7 @@ fn stalled_device_overflows_to_the_cpu_as_busy() {
     done.sort_by_key(|(i, _)| *i);
     for ((i, encoded), original) in done.iter().zip(&data) {
         assert_eq!(
-            &engine.decode(&encoded.frame).unwrap(),
+            &engine.decode(&encoded.frame.contiguous()).unwrap(),
             original,
             "record {i}"
         );
@@ -276,7 +276,10 @@ fn host_cpu_backend_waits_for_room_instead_of_overflowing() {
     let mut done: Vec<(usize, Encoded)> = (0..data.len()).map(|_| rx.recv().unwrap()).collect();
     done.sort_by_key(|(i, _)| *i);
     for ((_, encoded), original) in done.iter().zip(&data) {
-        assert_eq!(&engine.decode(&encoded.frame).unwrap(), original);
+        assert_eq!(
+            &engine.decode(&encoded.frame.contiguous()).unwrap(),
+            original
+        );
     }
     let stats = engine.stats();
     assert_eq!(
@@ -325,7 +328,7 @@ fn threshold_decides_between_compressed_and_raw() {
             None,
         );
         let e = engine.compress(Record::from(data.clone()), gzip());
-        assert_eq!(engine.decode(&e.frame).unwrap(), data);
+        assert_eq!(engine.decode(&e.frame.contiguous()).unwrap(), data);
         (e.verdict, engine.stats())
     };
     let (lenient, stats) = run("5%");
@@ -411,7 +414,7 @@ fn per_record_options_override_the_engine_defaults() {
             tx.send(e).unwrap()
         });
         let encoded = rx.recv().unwrap();
-        assert_eq!(engine.decode(&encoded.frame).unwrap(), data);
+        assert_eq!(engine.decode(&encoded.frame.contiguous()).unwrap(), data);
         encoded
     };
     let defaults = engine.default_options();
@@ -529,7 +532,7 @@ fn records_are_routed_on_the_calling_thread_and_small_ones_compressed_there() {
         (e.verdict, e.backend),
         (Verdict::Compressed, BackendKind::Accelerator)
     );
-    assert_eq!(offloading.decode(&e.frame).unwrap(), data);
+    assert_eq!(offloading.decode(&e.frame.contiguous()).unwrap(), data);
 
     // A record for the accelerator is in its queue when submit returns: no worker routed it.
     let (faulty, plan) = FaultyAccelerator::wrap(isal_everything(1, 1));

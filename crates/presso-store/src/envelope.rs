@@ -154,12 +154,21 @@ impl EntryHeader {
 /// The envelope header (format 2) for `payload`, tagged with `tag` if given. The payload must
 /// be at most [`MAX_PAYLOAD_LEN`] bytes.
 pub fn encode_entry_header(payload: &[u8], tag: Option<&EntryTag>) -> [u8; ENTRY_HEADER_LEN] {
-    debug_assert!(payload.len() <= MAX_PAYLOAD_LEN as usize);
+    encode_entry_header_for(payload.len(), crc32fast::hash(payload), tag)
+}
+
+/// [`encode_entry_header`] for a payload of `payload_len` bytes whose CRC-32 is `payload_crc`,
+/// for a caller that knows the CRC without reading the payload again.
+pub fn encode_entry_header_for(
+    payload_len: usize,
+    payload_crc: u32,
+    tag: Option<&EntryTag>,
+) -> [u8; ENTRY_HEADER_LEN] {
+    debug_assert!(payload_len <= MAX_PAYLOAD_LEN as usize);
     let mut h = [0u8; ENTRY_HEADER_LEN];
     h[..4].copy_from_slice(&TAGGED_ENTRY_MAGIC);
-    h[ENT_OFF_LEN..ENT_OFF_LEN + 4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
-    h[ENT_OFF_PAYLOAD_CRC..ENT_OFF_PAYLOAD_CRC + 4]
-        .copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    h[ENT_OFF_LEN..ENT_OFF_LEN + 4].copy_from_slice(&(payload_len as u32).to_le_bytes());
+    h[ENT_OFF_PAYLOAD_CRC..ENT_OFF_PAYLOAD_CRC + 4].copy_from_slice(&payload_crc.to_le_bytes());
     if let Some(tag) = tag {
         h[ENT2_OFF_KIND] = KIND_RECORD;
         h[ENT2_OFF_INO..ENT2_OFF_INO + 8].copy_from_slice(&tag.ino.to_le_bytes());

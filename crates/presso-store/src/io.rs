@@ -38,6 +38,17 @@ pub trait Storage: Send + Sync {
     /// Writes all of `data` at `offset` (extending the file if needed). On error, any prefix of
     /// `data` may have been written.
     fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()>;
+    /// Writes `parts` one after another from `offset`, as [`Storage::write_at`] would write
+    /// their concatenation (one system call where the storage can), so a caller need not copy
+    /// them together first. On error, any prefix of the concatenation may have been written.
+    fn write_parts_at(&self, parts: &[&[u8]], offset: u64) -> io::Result<()> {
+        let mut at = offset;
+        for part in parts {
+            self.write_at(part, at)?;
+            at += part.len() as u64;
+        }
+        Ok(())
+    }
     /// Makes every completed write and length change durable (`fdatasync`).
     fn sync(&self) -> io::Result<()>;
     /// Truncates or extends the file.
@@ -147,6 +158,9 @@ pub trait StorageDir: Send + Sync {
     }
 }
 
+/// The most slices one `pwritev` takes (Linux's `UIO_MAXIOV`).
+const IOV_MAX: usize = 1024;
+
 /// A real file.
 #[derive(Debug)]
 pub struct FsStorage {
@@ -207,6 +221,45 @@ impl Storage for FsStorage {
 
     fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
         self.file.write_all_at(data, offset)
+    }
+
+    fn write_parts_at(&self, parts: &[&[u8]], offset: u64) -> io::Result<()> {
+        let mut slices: Vec<io::IoSlice<'_>> = parts
+            .iter()
+            .filter(|p| !p.is_empty())
+            .map(|p| io::IoSlice::new(p))
+            .collect();
+        let mut slices = &mut slices[..];
+        let mut at = offset;
+        while !slices.is_empty() {
+            let pos = libc::off_t::try_from(at)
+                .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+            let count = slices.len().min(IOV_MAX);
+            // SAFETY: `IoSlice` has the layout of `iovec`, and the first `count` of `slices`
+            // describe borrowed, initialised bytes that pwritev only reads.
+            let n = unsafe {
+                libc::pwritev(
+                    self.file.as_raw_fd(),
+                    slices.as_ptr().cast(),
+                    count as libc::c_int,
+                    pos,
+                )
+            };
+            match n {
+                0 => return Err(io::ErrorKind::WriteZero.into()),
+                n if n > 0 => {
+                    at += n as u64;
+                    io::IoSlice::advance_slices(&mut slices, n as usize);
+                }
+                _ => {
+                    let e = io::Error::last_os_error();
+                    if e.kind() != io::ErrorKind::Interrupted {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     fn sync(&self) -> io::Result<()> {

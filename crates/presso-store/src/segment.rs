@@ -23,9 +23,9 @@ use std::io;
 
 pub use crate::envelope::{
     decode_entry, decode_entry_header, decode_tagged_entry, encode_entry, encode_entry_header,
-    encode_entry_header_v1, encode_entry_v1, encode_tagged_entry, EntryFormat, EntryHeader,
-    EntryTag, EnvelopeError, ENTRY_HEADER_LEN, ENTRY_MAGIC, ENTRY_V1_HEADER_LEN, MAX_PAYLOAD_LEN,
-    TAGGED_ENTRY_MAGIC,
+    encode_entry_header_for, encode_entry_header_v1, encode_entry_v1, encode_tagged_entry,
+    EntryFormat, EntryHeader, EntryTag, EnvelopeError, ENTRY_HEADER_LEN, ENTRY_MAGIC,
+    ENTRY_V1_HEADER_LEN, MAX_PAYLOAD_LEN, TAGGED_ENTRY_MAGIC,
 };
 use crate::error::Result;
 use crate::header::{u16_at, u32_at, u64_at};

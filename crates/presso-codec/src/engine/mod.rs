@@ -38,7 +38,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::accel::{Accelerator, SizeWindow};
 use crate::codec::CodecSpec;
-use crate::frame::{self, DecodeOptions, FrameError, FrameHeader};
+use crate::frame::{self, DecodeOptions, FrameBuf, FrameError, FrameHeader};
 use crate::record::Record;
 use crate::stats::{BackendKind, Fallback, Stats, StatsSnapshot, Verdict};
 use health::Health;
@@ -58,7 +58,7 @@ pub enum EngineError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Encoded {
     /// The complete frame (header and payload).
-    pub frame: Vec<u8>,
+    pub frame: FrameBuf,
     /// The header at the start of `frame`, as the engine wrote it: callers never parse it back.
     pub header: FrameHeader,
     /// What the engine decided.

@@ -55,7 +55,7 @@ impl Shared {
         let budget = job.options.threshold.budget(len);
         if self.config.precheck && policy::probe(job.spec, &slices, budget, len) == Probe::Skip {
             drop(slices);
-            let built = frame::build_raw(&job.record.slices()).into();
+            let built = frame::raw_record(&job.record).into();
             let cpu = thread_cpu_time().saturating_sub(started);
             self.deliver(job, built, Verdict::Skipped, BackendKind::None, cpu);
             return Route::Done;
@@ -79,7 +79,7 @@ impl Shared {
 
     /// Frames a record that needs no codec ([`Job::needs_no_codec`]) and delivers it.
     fn deliver_uncompressed(&self, job: Job) {
-        let built = frame::build_raw(&job.record.slices()).into();
+        let built = frame::raw_record(&job.record).into();
         self.deliver(
             job,
             built,

@@ -15,7 +15,7 @@ use super::{Encoded, EngineConfig, JobOptions};
 use crate::accel::{AccelError, AccelJob, AccelOutcome, AccelResult, OutBuf};
 use crate::codec::CodecSpec;
 use crate::format;
-use crate::frame::{self, FrameHeader, HEADER_LEN};
+use crate::frame::{self, FrameBuf, FrameHeader, HEADER_LEN};
 use crate::record::Record;
 use crate::stats::{thread_cpu_time, BackendKind, Fallback, RecordEvent, Stats, Verdict};
 
@@ -33,12 +33,21 @@ pub(super) struct Job {
 
 /// A frame and its header, as the engine built it.
 pub(super) struct Built {
-    pub(super) frame: Vec<u8>,
+    pub(super) frame: FrameBuf,
     pub(super) header: FrameHeader,
 }
 
 impl From<(Vec<u8>, FrameHeader)> for Built {
     fn from((frame, header): (Vec<u8>, FrameHeader)) -> Built {
+        Built {
+            frame: FrameBuf::whole(frame),
+            header,
+        }
+    }
+}
+
+impl From<(FrameBuf, FrameHeader)> for Built {
+    fn from((frame, header): (FrameBuf, FrameHeader)) -> Built {
         Built { frame, header }
     }
 }
@@ -158,7 +167,7 @@ impl Shared {
             }
             Ok(AccelOutcome::OverBudget) => {
                 self.health.success();
-                let built = frame::build_raw(&job.record.slices()).into();
+                let built = frame::raw_record(&job.record).into();
                 self.deliver(
                     job,
                     built,
@@ -199,10 +208,7 @@ impl Shared {
                 if over_or_failed.is_err() {
                     self.stats.codec_error(job.spec.codec);
                 }
-                (
-                    frame::build_raw(&job.record.slices()).into(),
-                    Verdict::StoredRaw,
-                )
+                (frame::raw_record(&job.record).into(), Verdict::StoredRaw)
             }
         };
         let cpu = thread_cpu_time().saturating_sub(started);
@@ -247,5 +253,5 @@ impl Shared {
 fn compressed_frame(out: OutBuf, payload_len: usize, spec: CodecSpec, record: &Record) -> Built {
     let mut frame = out.into_vec(payload_len);
     let header = frame::seal_frame(&mut frame, spec, &record.slices());
-    Built { frame, header }
+    (frame, header).into()
 }

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use parking_lot::RwLockWriteGuard;
-use presso_codec::frame::FrameHeader;
+use presso_codec::frame::{FrameBuf, FrameHeader};
 use presso_codec::Encoded;
 use presso_meta::RecordRef;
 use presso_store::{EntryTag, Store};
@@ -33,7 +33,7 @@ impl Pool {
 
     fn store_tagged(
         &self,
-        frame: &[u8],
+        frame: &FrameBuf,
         header: &FrameHeader,
         ino: u64,
         index: u64,
@@ -82,12 +82,12 @@ impl Pool {
         record_size: u32,
     ) -> (Result<Option<RecordRef>>, PendingFrame<'_>) {
         let (frame, header) = presso_codec::frame::build_raw(&[data]);
-        self.store_tagged(&frame, &header, ino, index, record_size)
+        self.store_tagged(&FrameBuf::whole(frame), &header, ino, index, record_size)
     }
 
     fn store_frame_parts(
         &self,
-        frame: &[u8],
+        frame: &FrameBuf,
         header: &FrameHeader,
         tag: &EntryTag,
     ) -> Result<Option<RecordRef>> {
@@ -107,10 +107,12 @@ impl Pool {
                 logical_len: header.logical_len,
                 codec: header.codec as u8,
                 checksum: header.stored_hash,
-                inline: Some(frame.to_vec()),
+                inline: Some(frame.contiguous().into_owned()),
             }));
         }
-        let loc = self.store.append_tagged(frame, Some(tag))?;
+        let loc = self
+            .store
+            .append_parts(&frame.parts(), frame.crc32(), Some(tag))?;
         self.counters
             .frames_appended
             .fetch_add(1, Ordering::Relaxed);
@@ -128,8 +130,11 @@ impl Pool {
     /// Appends a tagged copy of a frame no record will name in a segment: a hole's (32 bytes)
     /// or an inline record's. Only `presso recover` reads it, so it is dead from the start
     /// (garbage collection reclaims it), and writing it is best effort.
-    fn journal(&self, frame: &[u8], tag: &EntryTag) {
-        if let Ok(loc) = self.store.append_tagged(frame, Some(tag)) {
+    fn journal(&self, frame: &FrameBuf, tag: &EntryTag) {
+        if let Ok(loc) = self
+            .store
+            .append_parts(&frame.parts(), frame.crc32(), Some(tag))
+        {
             let _ = self.store.mark_dead(loc);
         }
     }

@@ -21,7 +21,7 @@ use crate::error::{io_error, Result, StoreError};
 use crate::header::{PoolHeader, FIXED_LEN, MAX_PROPERTIES_LEN, POOL_FILE, POOL_TMP_FILE};
 use crate::io::{DirLock, LockError, Storage, StorageDir, LOCK_FILE};
 use crate::segment::{
-    decode_entry_header, encode_entry_header, scan_entries, scan_segment, segment_file_name,
+    decode_entry_header, encode_entry_header_for, scan_entries, scan_segment, segment_file_name,
     DamagedEntry, EntryFormat, EntryTag, SegmentHeader, ENTRY_HEADER_LEN, MAX_PAYLOAD_LEN,
     SEGMENT_HEADER_LEN,
 };
@@ -428,9 +428,34 @@ impl Store {
     /// back to its last good end, and appends work again once the cause is gone. Entries are
     /// always of format 2: an open segment of format 1 (an older pool) is sealed first.
     pub fn append_tagged(&self, payload: &[u8], tag: Option<&EntryTag>) -> Result<Location> {
-        if payload.len() > MAX_PAYLOAD_LEN as usize {
+        self.append_parts(&[payload], crc32fast::hash(payload), tag)
+    }
+
+    /// [`Store::append_tagged`] for a payload given as `parts`, written from where they are with
+    /// the entry's header in one vectored write instead of being copied together first.
+    /// `payload_crc` is the CRC-32 of the whole payload, for a caller that has it without
+    /// reading the payload again; a wrong one makes the entry fail its check when read.
+    pub fn append_parts(
+        &self,
+        parts: &[&[u8]],
+        payload_crc: u32,
+        tag: Option<&EntryTag>,
+    ) -> Result<Location> {
+        let payload_len: usize = parts.iter().map(|p| p.len()).sum();
+        debug_assert_eq!(
+            payload_crc,
+            parts
+                .iter()
+                .fold(crc32fast::Hasher::new(), |mut h, p| {
+                    h.update(p);
+                    h
+                })
+                .finalize(),
+            "the CRC given is not the payload's"
+        );
+        if payload_len > MAX_PAYLOAD_LEN as usize {
             return Err(StoreError::TooLarge {
-                len: payload.len(),
+                len: payload_len,
                 max: MAX_PAYLOAD_LEN,
             });
         }
@@ -441,7 +466,7 @@ impl Store {
             });
         }
         fix_tail(&mut a)?;
-        let entry_len = (ENTRY_HEADER_LEN + payload.len()) as u64;
+        let entry_len = (ENTRY_HEADER_LEN + payload_len) as u64;
         let end = a.current.end.load(Ordering::Relaxed);
         let full = end > SEGMENT_HEADER_LEN && end + entry_len > self.config.segment_size;
         if full || a.current.format != EntryFormat::V2 {
@@ -450,23 +475,20 @@ impl Store {
         let seg = a.current.clone();
         let offset = seg.end.load(Ordering::Relaxed);
         a.reserve_ahead(offset + entry_len, self.config.segment_size);
-        // Two writes instead of copying the payload behind its header: a crash or an error
-        // between them leaves a torn entry, which is the same case as a short single write.
-        let written = seg
-            .storage
-            .write_at(&encode_entry_header(payload, tag), offset)
-            .and_then(|()| {
-                seg.storage
-                    .write_at(payload, offset + ENTRY_HEADER_LEN as u64)
-            });
-        match written {
+        // The header and the payload's parts in one vectored write where the storage has one;
+        // a crash or an error within it leaves a torn entry, the case of any short write.
+        let header = encode_entry_header_for(payload_len, payload_crc, tag);
+        let mut pieces: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
+        pieces.push(&header);
+        pieces.extend_from_slice(parts);
+        match seg.storage.write_parts_at(&pieces, offset) {
             Ok(()) => {
                 seg.end.store(offset + entry_len, Ordering::Release);
                 a.dirty = true;
                 Ok(Location {
                     segment: seg.number,
                     offset,
-                    len: payload.len() as u32,
+                    len: payload_len as u32,
                 })
             }
             Err(e) => {

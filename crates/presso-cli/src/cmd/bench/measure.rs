@@ -102,7 +102,8 @@ pub(super) fn measure(
                         frames
                             .iter()
                             .map(|item| {
-                                let out = frame::decode_frame_with(&item.frame, options);
+                                let out =
+                                    frame::decode_frame_with(&item.frame.contiguous(), options);
                                 progress.inc(1);
                                 out
                             })

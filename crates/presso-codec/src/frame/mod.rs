@@ -20,9 +20,16 @@
 //! Decoding needs nothing but the frame: the codec comes from the header, never from configuration.
 //! docs/design.md mirrors this map.
 
-use crate::codec::{CodecId, CodecSpec};
+use crate::codec::CodecId;
 use crate::format::{self, DeflateEngine};
 use bytes::Bytes;
+
+mod build;
+
+pub(crate) use build::build_hole;
+pub use build::{
+    build_raw, encode_frame, hole_frame, logical_crc, raw_frame, raw_record, seal_frame, FrameBuf,
+};
 
 /// The four bytes every frame starts with.
 pub const FRAME_MAGIC: [u8; 4] = *b"PRSF";
@@ -268,83 +275,6 @@ impl FrameHeader {
         }
         Ok(())
     }
-}
-
-/// Builds a complete frame: header followed by `payload`.
-pub fn encode_frame(header_fields: FrameHeader, payload: &[u8]) -> Vec<u8> {
-    let mut frame = Vec::with_capacity(HEADER_LEN + payload.len());
-    frame.extend_from_slice(&header_fields.to_bytes());
-    frame.extend_from_slice(payload);
-    frame
-}
-
-/// CRC-32 (gzip polynomial) of a record given as segments.
-pub fn logical_crc(segments: &[&[u8]]) -> u32 {
-    let mut hasher = crc32fast::Hasher::new();
-    for segment in segments {
-        hasher.update(segment);
-    }
-    hasher.finalize()
-}
-
-/// Writes the header in front of a payload already at `frame[HEADER_LEN..]`, produced with `spec`
-/// from the record `segments`; returns the header written.
-pub fn seal_frame(frame: &mut [u8], spec: CodecSpec, segments: &[&[u8]]) -> FrameHeader {
-    let header = FrameHeader {
-        codec: spec.codec,
-        level: spec.level,
-        hole: false,
-        logical_len: segments.iter().map(|s| s.len()).sum::<usize>() as u32,
-        stored_len: (frame.len() - HEADER_LEN) as u32,
-        logical_crc: logical_crc(segments),
-        stored_hash: stored_hash(&frame[HEADER_LEN..]),
-    };
-    frame[..HEADER_LEN].copy_from_slice(&header.to_bytes());
-    header
-}
-
-/// An uncompressed (`off`) frame holding the record's segments.
-pub fn raw_frame(segments: &[&[u8]]) -> Vec<u8> {
-    build_raw(segments).0
-}
-
-/// [`raw_frame`] and the header it starts with.
-pub fn build_raw(segments: &[&[u8]]) -> (Vec<u8>, FrameHeader) {
-    let len: usize = segments.iter().map(|s| s.len()).sum();
-    let mut frame = Vec::with_capacity(HEADER_LEN + len);
-    frame.resize(HEADER_LEN, 0);
-    for segment in segments {
-        frame.extend_from_slice(segment);
-    }
-    let header = seal_frame(&mut frame, CodecSpec::OFF, segments);
-    (frame, header)
-}
-
-/// A hole frame: `len` zero bytes, no payload.
-pub fn hole_frame(len: usize) -> Vec<u8> {
-    build_hole(len).0
-}
-
-/// [`hole_frame`] and its header.
-pub(crate) fn build_hole(len: usize) -> (Vec<u8>, FrameHeader) {
-    static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
-    let mut hasher = crc32fast::Hasher::new();
-    let mut left = len;
-    while left > 0 {
-        let n = left.min(ZEROS.len());
-        hasher.update(&ZEROS[..n]);
-        left -= n;
-    }
-    let header = FrameHeader {
-        codec: CodecId::Off,
-        level: 0,
-        hole: true,
-        logical_len: len as u32,
-        stored_len: 0,
-        logical_crc: hasher.finalize(),
-        stored_hash: stored_hash(&[]),
-    };
-    (header.to_bytes().to_vec(), header)
 }
 
 /// How to decode: which deflate engine inflates gzip payloads. Any engine reads any writer's output.
