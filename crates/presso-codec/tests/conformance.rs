@@ -240,7 +240,35 @@ fn rehash(frame: &mut Vec<u8>) {
 }
 
 fn xxhash_rust_hash(payload: &[u8]) -> u64 {
-    presso_codec::frame::stored_hash(payload)
+    xxhash_rust::xxh3::xxh3_64(payload)
+}
+
+/// The stored hash is XXH3-64 as every earlier build computed it (with another implementation
+/// of the same function): on every length up to past XXH3's short-input paths and its first
+/// blocks, and on records of the sizes pools use; also when a raw record's hash is taken over
+/// several buffers.
+#[test]
+fn the_stored_hash_is_the_xxh3_earlier_builds_stored() {
+    let data = random(MAX_RECORD_SIZE / 8 + 7, 99);
+    for len in (0..=2_500).chain([4_096, 65_536, 131_072, 1 << 20, data.len()]) {
+        assert_eq!(
+            presso_codec::frame::stored_hash(&data[..len]),
+            xxhash_rust_hash(&data[..len]),
+            "length {len}"
+        );
+    }
+    for cut in [0, 1, 63, 64, 65, 1_000, 100_000] {
+        let record = Record::from_segments([
+            bytes::Bytes::copy_from_slice(&data[..cut]),
+            bytes::Bytes::copy_from_slice(&data[cut..131_072]),
+        ]);
+        let (_, header) = presso_codec::frame::raw_record(&record);
+        assert_eq!(
+            header.stored_hash,
+            xxhash_rust_hash(&data[..131_072]),
+            "cut at {cut}"
+        );
+    }
 }
 
 fn compressed_frames() -> Vec<(CodecSpec, Vec<u8>, Vec<u8>)> {

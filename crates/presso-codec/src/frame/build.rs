@@ -2,8 +2,9 @@
 //! [`FrameBuf`], a finished frame as the engine hands it over.
 
 use std::borrow::Cow;
+use std::hash::Hasher;
 
-use xxhash_rust::xxh3::Xxh3Default;
+use twox_hash::XxHash3_64;
 
 use super::{stored_hash, FrameHeader, HEADER_LEN};
 use crate::codec::{CodecId, CodecSpec};
@@ -118,11 +119,11 @@ pub fn raw_record(record: &Record) -> (FrameBuf, FrameHeader) {
     let stored_hash = match segments.as_slice() {
         [one] => stored_hash(one),
         many => {
-            let mut hasher = Xxh3Default::new();
+            let mut hasher = XxHash3_64::new();
             for segment in many {
-                hasher.update(segment);
+                hasher.write(segment);
             }
-            hasher.digest()
+            hasher.finish()
         }
     };
     let header = FrameHeader {
