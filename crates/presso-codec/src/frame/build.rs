@@ -50,12 +50,9 @@ impl FrameBuf {
     pub fn parts(&self) -> Vec<&[u8]> {
         match &self.0 {
             Repr::Whole(frame) => vec![frame.as_slice()],
-            Repr::Raw { header, record, .. } => {
-                let mut parts = Vec::with_capacity(1 + record.slices().len());
-                parts.push(header.as_slice());
-                parts.extend(record.slices());
-                parts
-            }
+            Repr::Raw { header, record, .. } => std::iter::once(header.as_slice())
+                .chain(record.slices())
+                .collect(),
         }
     }
 
