@@ -6,7 +6,7 @@ use std::hash::Hasher;
 
 use twox_hash::XxHash3_64;
 
-use super::{stored_hash, FrameHeader, HEADER_LEN};
+use super::{le_u32, stored_hash, FrameHeader, HEADER_LEN, OFF_LOGICAL_CRC};
 use crate::codec::{CodecId, CodecSpec};
 use crate::record::Record;
 
@@ -23,7 +23,6 @@ enum Repr {
     Raw {
         header: [u8; HEADER_LEN],
         record: Record,
-        record_crc: u32,
     },
 }
 
@@ -73,20 +72,16 @@ impl FrameBuf {
     }
 
     /// CRC-32 (gzip polynomial) of all the frame's bytes. For a record stored as it is, the
-    /// header's CRC combined with the record's, which building the header computed: the record
-    /// is not read again.
+    /// header's CRC combined with the record's, which the header holds (its logical CRC): the
+    /// record is not read again.
     pub fn crc32(&self) -> u32 {
         match &self.0 {
             Repr::Whole(frame) => crc32fast::hash(frame),
-            Repr::Raw {
-                header,
-                record,
-                record_crc,
-            } => {
+            Repr::Raw { header, record } => {
                 let mut crc = crc32fast::Hasher::new();
                 crc.update(header);
                 crc.combine(&crc32fast::Hasher::new_with_initial_len(
-                    *record_crc,
+                    le_u32(header, OFF_LOGICAL_CRC),
                     record.len() as u64,
                 ));
                 crc.finalize()
@@ -112,8 +107,19 @@ impl Eq for FrameBuf {}
 /// An uncompressed (`off`) frame of `record` that keeps the record's buffers as its payload,
 /// and the header it starts with. Same bytes as [`build_raw`] of the record's segments.
 pub fn raw_record(record: &Record) -> (FrameBuf, FrameHeader) {
-    let segments = record.slices();
-    let stored_hash = match segments.as_slice() {
+    let header = raw_header(&record.slices());
+    let frame = FrameBuf(Repr::Raw {
+        header: header.to_bytes(),
+        record: record.clone(),
+    });
+    (frame, header)
+}
+
+/// The header of an uncompressed (`off`) frame of the record `segments`; each checksum reads
+/// the segments where they are.
+fn raw_header(segments: &[&[u8]]) -> FrameHeader {
+    let len = segments.iter().map(|s| s.len()).sum::<usize>() as u32;
+    let stored_hash = match segments {
         [one] => stored_hash(one),
         many => {
             let mut hasher = XxHash3_64::new();
@@ -123,21 +129,15 @@ pub fn raw_record(record: &Record) -> (FrameBuf, FrameHeader) {
             hasher.finish()
         }
     };
-    let header = FrameHeader {
+    FrameHeader {
         codec: CodecId::Off,
         level: 0,
         hole: false,
-        logical_len: record.len() as u32,
-        stored_len: record.len() as u32,
-        logical_crc: logical_crc(&segments),
+        logical_len: len,
+        stored_len: len,
+        logical_crc: logical_crc(segments),
         stored_hash,
-    };
-    let frame = FrameBuf(Repr::Raw {
-        header: header.to_bytes(),
-        record: record.clone(),
-        record_crc: header.logical_crc,
-    });
-    (frame, header)
+    }
 }
 
 /// Builds a complete frame: header followed by `payload`.
@@ -180,13 +180,12 @@ pub fn raw_frame(segments: &[&[u8]]) -> Vec<u8> {
 
 /// [`raw_frame`] and the header it starts with.
 pub fn build_raw(segments: &[&[u8]]) -> (Vec<u8>, FrameHeader) {
-    let len: usize = segments.iter().map(|s| s.len()).sum();
-    let mut frame = Vec::with_capacity(HEADER_LEN + len);
-    frame.resize(HEADER_LEN, 0);
+    let header = raw_header(segments);
+    let mut frame = Vec::with_capacity(HEADER_LEN + header.stored_len as usize);
+    frame.extend_from_slice(&header.to_bytes());
     for segment in segments {
         frame.extend_from_slice(segment);
     }
-    let header = seal_frame(&mut frame, CodecSpec::OFF, segments);
     (frame, header)
 }
 
@@ -246,6 +245,9 @@ mod tests {
             let (copied, copied_header) = build_raw(&record.slices());
             let (kept, header) = raw_record(&record);
             prop_assert_eq!(header, copied_header);
+            prop_assert_eq!(header.stored_hash, stored_hash(&copied[HEADER_LEN..]));
+            prop_assert_eq!(header.logical_crc, crc32fast::hash(&data));
+            prop_assert_eq!(FrameHeader::parse(&copied), Ok(header));
             prop_assert_eq!(kept.len(), copied.len());
             prop_assert_eq!(kept.parts().concat(), copied.clone());
             prop_assert_eq!(kept.contiguous().into_owned(), copied.clone());

@@ -8,7 +8,7 @@ use parking_lot::RwLockWriteGuard;
 use presso_codec::frame::{FrameBuf, FrameHeader};
 use presso_codec::Encoded;
 use presso_meta::RecordRef;
-use presso_store::{EntryTag, Store};
+use presso_store::{EntryTag, Location, Store};
 
 use super::{location, PendingFrame, Pool, INLINE_MAX};
 use crate::error::{FsError, Result};
@@ -110,9 +110,7 @@ impl Pool {
                 inline: Some(frame.contiguous().into_owned()),
             }));
         }
-        let loc = self
-            .store
-            .append_parts(&frame.parts(), frame.crc32(), Some(tag))?;
+        let loc = self.append_frame(frame, tag)?;
         self.counters
             .frames_appended
             .fetch_add(1, Ordering::Relaxed);
@@ -127,14 +125,18 @@ impl Pool {
         }))
     }
 
+    /// Appends `frame` to the open segment in an entry tagged `tag`, written from the buffers
+    /// that hold it.
+    fn append_frame(&self, frame: &FrameBuf, tag: &EntryTag) -> presso_store::Result<Location> {
+        self.store
+            .append_parts(&frame.parts(), frame.crc32(), Some(tag))
+    }
+
     /// Appends a tagged copy of a frame no record will name in a segment: a hole's (32 bytes)
     /// or an inline record's. Only `presso recover` reads it, so it is dead from the start
     /// (garbage collection reclaims it), and writing it is best effort.
     fn journal(&self, frame: &FrameBuf, tag: &EntryTag) {
-        if let Ok(loc) = self
-            .store
-            .append_parts(&frame.parts(), frame.crc32(), Some(tag))
-        {
+        if let Ok(loc) = self.append_frame(frame, tag) {
             let _ = self.store.mark_dead(loc);
         }
     }
