@@ -444,13 +444,7 @@ impl Store {
         let payload_len: usize = parts.iter().map(|p| p.len()).sum();
         debug_assert_eq!(
             payload_crc,
-            parts
-                .iter()
-                .fold(crc32fast::Hasher::new(), |mut h, p| {
-                    h.update(p);
-                    h
-                })
-                .finalize(),
+            crc32fast::hash(&parts.concat()),
             "the CRC given is not the payload's"
         );
         if payload_len > MAX_PAYLOAD_LEN as usize {
