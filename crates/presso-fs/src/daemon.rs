@@ -21,7 +21,8 @@ pub struct MountConfig {
     pub no_exec: bool,
     /// Mount over a directory that holds files (hiding them while mounted).
     pub nonempty: bool,
-    /// Pool settings.
+    /// Pool settings; the mount sets their `offload_on_submitter` itself, from the number of
+    /// workers and request channels.
     pub pool: PoolOptions,
     /// File-layer settings.
     pub vfs: VfsConfig,
@@ -54,6 +55,16 @@ pub enum PoolSource {
 /// How long the kernel may cache names and attributes of a shared pool by default: what another
 /// client changes shows within this time (an open always sees a file's committed size).
 pub const SHARED_CACHE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Whether the accelerator should compress on the mount's request threads rather than on its
+/// own `workers`: ISA-L computes on the host's cores, and the request threads hand records over
+/// after replying, so where there are at least as many of them as there would be workers, the
+/// workers add no parallelism, only a hand-off per record (a wake-up, and the record's bytes
+/// read on another CPU). On two cores and two channels, compressing writes then cost the daemon
+/// a fifth less CPU (docs/benchmarks.md). With more cores the workers keep the parallelism.
+fn offload_on_request_threads(workers: usize, channels: usize) -> bool {
+    workers <= channels
+}
 
 /// Refuses a mount that would hide the pool itself or files already in the mount point.
 fn check_mountpoint(pool: &Path, mountpoint: &Path, nonempty: bool) -> Result<()> {
@@ -112,17 +123,22 @@ pub fn serve(
                 )));
             }
         }
+        let channels = config.channels.unwrap_or(DEFAULT_CHANNELS);
+        let pool_options = PoolOptions {
+            offload_on_submitter: offload_on_request_threads(config.pool.workers, channels),
+            ..config.pool.clone()
+        };
         let (pool, report, pool_path) = match source {
             PoolSource::Dir(dir) => {
                 let pool_path = std::fs::canonicalize(dir)
                     .map_err(|e| FsError::io(format!("pool {}", dir.display()), e))?;
                 check_mountpoint(&pool_path, &mountpoint, config.nonempty)?;
-                let (pool, report) = Pool::open(&pool_path, config.pool.clone())?;
+                let (pool, report) = Pool::open(&pool_path, pool_options)?;
                 (pool, report, pool_path)
             }
             PoolSource::Shared { meta_url, place } => {
                 check_mountpoint(&place.cache, &mountpoint, config.nonempty)?;
-                let (pool, report) = Pool::open_shared(meta_url, place, config.pool.clone())?;
+                let (pool, report) = Pool::open_shared(meta_url, place, pool_options)?;
                 // The client's directory stands for the pool on this machine: the mount's name,
                 // where the control socket is.
                 let local = pool
@@ -170,7 +186,7 @@ pub fn serve(
             config.allow_other,
             config.read_only,
             config.no_exec,
-            config.channels.unwrap_or(DEFAULT_CHANNELS),
+            channels,
         );
         let shared = matches!(source, PoolSource::Shared { .. });
         let ttl = config.cache_timeout.unwrap_or(if shared {

@@ -1,11 +1,13 @@
 //! The `isal` accelerator: an execution backend for the gzip (raw deflate) format that runs the
 //! ISA-L igzip code of [`crate::format::isal`] on worker threads of its own, fed through a bounded
-//! queue, reading each record's segments in place.
+//! queue, or on the thread that submits each job ([`IsalConfig::on_submitter`]), reading each
+//! record's segments in place.
 //!
 //! The same igzip code also serves as [`DeflateEngine::Isal`](crate::DeflateEngine::Isal), run
 //! inline as a software engine; this module adds only the execution (threads, queue, self-test and
 //! re-initialisation), not a second deflate.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{bounded, Sender, TrySendError};
@@ -29,6 +31,13 @@ pub struct IsalConfig {
     pub queue_depth: usize,
     /// Record sizes offloaded.
     pub window: SizeWindow,
+    /// Run each job on the thread that submits it, before [`Accelerator::submit`] returns,
+    /// instead of on the workers (which are then not started). ISA-L computes on the host's
+    /// cores, so where the submitting threads already use every core, a worker adds no
+    /// parallelism, only a hand-off per record: a wake-up, and the record's bytes read on
+    /// another CPU (docs/benchmarks.md: about a fifth of the daemon's CPU in compressing writes
+    /// on two cores).
+    pub on_submitter: bool,
 }
 
 impl IsalConfig {
@@ -40,6 +49,7 @@ impl IsalConfig {
             workers,
             queue_depth: workers * QUEUE_PER_WORKER,
             window: SizeWindow::DEFAULT,
+            on_submitter: false,
         }
     }
 }
@@ -53,8 +63,12 @@ impl Default for IsalConfig {
 /// ISA-L igzip behind the [`Accelerator`] trait.
 pub struct IsalAccelerator {
     config: IsalConfig,
+    /// The workers' queue while they run.
     queue: Mutex<Option<Sender<AccelJob>>>,
     workers: Mutex<Vec<JoinHandle<()>>>,
+    /// Whether jobs run on the submitting thread now: under `on_submitter`, from a start or
+    /// re-initialisation until the next stop.
+    on_submitter: AtomicBool,
 }
 
 impl IsalAccelerator {
@@ -65,12 +79,17 @@ impl IsalAccelerator {
             config,
             queue: Mutex::new(None),
             workers: Mutex::new(Vec::new()),
+            on_submitter: AtomicBool::new(false),
         };
         accel.spawn_workers();
         Ok(accel)
     }
 
     fn spawn_workers(&self) {
+        if self.config.on_submitter {
+            self.on_submitter.store(true, Ordering::Release);
+            return;
+        }
         let (tx, rx) = bounded::<AccelJob>(self.config.queue_depth);
         let mut workers = self.workers.lock();
         for index in 0..self.config.workers.max(1) {
@@ -78,19 +97,8 @@ impl IsalAccelerator {
             let handle = std::thread::Builder::new()
                 .name(format!("presso-isal-{index}"))
                 .spawn(move || {
-                    for mut job in rx {
-                        let started = thread_cpu_time();
-                        let level = igzip::level_for_gzip(job.spec.level);
-                        let slices = job.input.slices();
-                        let result = igzip::compress(level, &slices, job.out.space());
-                        drop(slices);
-                        let outcome = match result {
-                            Ok(Some(payload_len)) => Ok(AccelOutcome::Compressed { payload_len }),
-                            Ok(None) => Ok(AccelOutcome::OverBudget),
-                            Err(e) => Err(AccelError::Device(e.to_string())),
-                        };
-                        let cpu = thread_cpu_time().saturating_sub(started);
-                        job.complete(outcome, cpu);
+                    for job in rx {
+                        run(job);
                     }
                 })
                 .expect("spawn ISA-L worker");
@@ -100,6 +108,7 @@ impl IsalAccelerator {
     }
 
     fn stop_workers(&self) {
+        self.on_submitter.store(false, Ordering::Release);
         // Closing the queue lets each worker finish its jobs and exit.
         self.queue.lock().take();
         for handle in self.workers.lock().drain(..) {
@@ -128,6 +137,12 @@ impl Accelerator for IsalAccelerator {
     }
 
     fn submit(&self, jobs: Vec<AccelJob>) -> Vec<AccelJob> {
+        if self.on_submitter.load(Ordering::Acquire) {
+            for job in jobs {
+                run(job);
+            }
+            return Vec::new();
+        }
         let queue = self.queue.lock();
         let Some(tx) = queue.as_ref() else {
             return jobs;
@@ -154,6 +169,22 @@ impl Accelerator for IsalAccelerator {
         self.spawn_workers();
         Ok(())
     }
+}
+
+/// Compresses one job on this thread and completes it.
+fn run(mut job: AccelJob) {
+    let started = thread_cpu_time();
+    let level = igzip::level_for_gzip(job.spec.level);
+    let slices = job.input.slices();
+    let result = igzip::compress(level, &slices, job.out.space());
+    drop(slices);
+    let outcome = match result {
+        Ok(Some(payload_len)) => Ok(AccelOutcome::Compressed { payload_len }),
+        Ok(None) => Ok(AccelOutcome::OverBudget),
+        Err(e) => Err(AccelError::Device(e.to_string())),
+    };
+    let cpu = thread_cpu_time().saturating_sub(started);
+    job.complete(outcome, cpu);
 }
 
 impl Drop for IsalAccelerator {

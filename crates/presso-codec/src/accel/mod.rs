@@ -125,7 +125,8 @@ pub struct AccelResult {
     pub cpu: Duration,
 }
 
-/// Called exactly once per accepted job, from the accelerator's completion context.
+/// Called exactly once per accepted job, from the accelerator's completion context (which may be
+/// the submitting thread: see [`Accelerator::submit`]).
 pub type Completion = Box<dyn FnOnce(AccelResult) + Send>;
 
 /// One unit of work for an accelerator.
@@ -164,8 +165,10 @@ pub trait Accelerator: Send + Sync {
     fn size_window(&self) -> SizeWindow;
     /// Jobs it holds at once (queued and running).
     fn queue_depth(&self) -> usize;
-    /// Accepts jobs without blocking and returns, in order, those that did not fit (busy).
-    /// Each accepted job's completion is called exactly once, later, from another thread.
+    /// Accepts jobs without blocking on the device and returns, in order, those that did not
+    /// fit (busy). Each accepted job's completion is called exactly once: later, from the
+    /// device's completion context, or, for a backend that computes on the submitting thread
+    /// (ISA-L's [`on_submitter`](isal::IsalConfig::on_submitter)), before `submit` returns.
     fn submit(&self, jobs: Vec<AccelJob>) -> Vec<AccelJob>;
     /// Re-initialises the device and proves it works; called after it was marked unavailable.
     fn reinit(&self) -> Result<(), AccelError>;

@@ -74,6 +74,10 @@ pub struct EngineConfig {
     /// (default [`SizeWindow::DEFAULT`], 4 KiB to 1 MiB). An accelerator handed to
     /// [`Engine::with_accelerator`](super::Engine::with_accelerator) brings its own window.
     pub offload_window: SizeWindow,
+    /// Whether the accelerator started by [`Engine::new`](super::Engine::new) runs each record
+    /// on the thread that submits it (ISA-L's `on_submitter`; default false: on threads of its
+    /// own). Right when the submitting threads already keep every core busy.
+    pub offload_on_submitter: bool,
     /// Consecutive accelerator failures before it is marked unavailable.
     pub failure_limit: u32,
     /// First wait before re-initialising an unavailable accelerator.
@@ -101,6 +105,7 @@ impl Default for EngineConfig {
             decode_deflate: DeflateEngine::Libdeflate,
             offload: Offload::Auto,
             offload_window: SizeWindow::DEFAULT,
+            offload_on_submitter: false,
             failure_limit: 3,
             reprobe_backoff: Duration::from_secs(1),
             max_reprobe_backoff: Duration::from_secs(60),

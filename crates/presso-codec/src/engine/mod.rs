@@ -85,7 +85,11 @@ impl Engine {
         let accel = match config.offload {
             Offload::Off => None,
             Offload::Auto | Offload::On => {
-                match default_accelerator(config.workers, config.offload_window) {
+                let placement = AccelPlacement {
+                    workers: config.workers,
+                    on_submitter: config.offload_on_submitter,
+                };
+                match default_accelerator(placement, config.offload_window) {
                     Ok(accel) => Some(accel),
                     Err(why) if config.offload == Offload::On => {
                         return Err(EngineError::NoAccelerator(why))
@@ -274,17 +278,27 @@ impl Drop for Engine {
     }
 }
 
-/// The default accelerator of this build with `workers` threads and the given size window, or why
-/// there is none.
+/// Where the default accelerator runs its jobs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AccelPlacement {
+    /// Threads of its own (at least one), unless `on_submitter`.
+    pub workers: usize,
+    /// On the thread that submits each job instead.
+    pub on_submitter: bool,
+}
+
+/// The default accelerator of this build, placed as `placement` says, with the given size
+/// window, or why there is none.
 pub fn default_accelerator(
-    workers: usize,
+    placement: AccelPlacement,
     window: SizeWindow,
 ) -> Result<Arc<dyn Accelerator>, String> {
     #[cfg(feature = "isal")]
     {
         let config = crate::accel::isal::IsalConfig {
             window,
-            ..crate::accel::isal::IsalConfig::with_workers(workers)
+            on_submitter: placement.on_submitter,
+            ..crate::accel::isal::IsalConfig::with_workers(placement.workers)
         };
         crate::accel::isal::IsalAccelerator::start(config)
             .map(|a| Arc::new(a) as Arc<dyn Accelerator>)
@@ -292,7 +306,7 @@ pub fn default_accelerator(
     }
     #[cfg(not(feature = "isal"))]
     {
-        let _ = (workers, window);
+        let _ = (placement, window);
         Err("this build has no accelerator backend (ISA-L feature off)".into())
     }
 }

@@ -65,6 +65,19 @@ pub struct Backend {
 
 /// An ISA-L accelerator that takes every record size, so small test records are offloaded too.
 pub fn isal_everything(workers: usize, queue_depth: usize) -> Arc<dyn Accelerator> {
+    isal_taking_everything(workers, queue_depth, false)
+}
+
+/// [`isal_everything`] running each job on the thread that submits it.
+pub fn isal_on_submitter() -> Arc<dyn Accelerator> {
+    isal_taking_everything(1, 1, true)
+}
+
+fn isal_taking_everything(
+    workers: usize,
+    queue_depth: usize,
+    on_submitter: bool,
+) -> Arc<dyn Accelerator> {
     Arc::new(
         IsalAccelerator::start(IsalConfig {
             workers,
@@ -73,6 +86,7 @@ pub fn isal_everything(workers: usize, queue_depth: usize) -> Arc<dyn Accelerato
                 min: 1,
                 max: MAX_RECORD_SIZE,
             },
+            on_submitter,
         })
         .expect("ISA-L starts"),
     )
@@ -106,6 +120,18 @@ pub fn backends() -> Vec<Backend> {
                     ..EngineConfig::default()
                 },
                 Some(isal_everything(2, 8)),
+            ),
+        },
+        Backend {
+            name: "isal-on-submitter",
+            engine: Engine::with_accelerator(
+                EngineConfig {
+                    workers: 2,
+                    offload: Offload::On,
+                    decode_deflate: DeflateEngine::Isal,
+                    ..EngineConfig::default()
+                },
+                Some(isal_on_submitter()),
             ),
         },
     ]

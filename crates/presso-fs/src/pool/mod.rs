@@ -66,6 +66,10 @@ pub struct PoolOptions {
     pub txg_interval: Duration,
     /// Compression worker threads (default: all cores).
     pub workers: usize,
+    /// Whether the accelerator compresses each record on the thread that submits it (a
+    /// mount's request threads, after replying) instead of on threads of its own. A mount sets
+    /// it when it has at least as many request channels as workers. Default false.
+    pub offload_on_submitter: bool,
     /// Segment roll-over size; on a disk under 16 times as large, a sixteenth of the disk
     /// (16 MiB at least) instead.
     pub segment_size: u64,
@@ -81,6 +85,7 @@ impl Default for PoolOptions {
         PoolOptions {
             txg_interval: Duration::from_secs(1),
             workers: presso_codec::default_workers(),
+            offload_on_submitter: false,
             segment_size: presso_store::DEFAULT_SEGMENT_SIZE,
             metadata_copy_every: Duration::from_secs(300),
             client_timeout: shared::DEFAULT_CLIENT_TIMEOUT,
@@ -352,6 +357,7 @@ impl Pool {
             workers: options.workers.max(1),
             queue_depth: options.workers.max(1) * 8,
             offload,
+            offload_on_submitter: options.offload_on_submitter,
             ..EngineConfig::default()
         })
         .map_err(|e| FsError::EngineStart(e.to_string()))?;

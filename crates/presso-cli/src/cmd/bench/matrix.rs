@@ -79,9 +79,14 @@ fn start_engine(backend: Backend, settings: &Settings) -> Result<Engine, String>
         return Ok(Engine::with_accelerator(config, None));
     }
     // The production accelerator, but offloading every record size, so the row measures the
-    // accelerator whatever --recordsize is. CPU fallbacks use libdeflate, as in production.
+    // accelerator whatever --recordsize is. CPU fallbacks use libdeflate, as in production. On
+    // threads of its own: this benchmark submits from one thread.
+    let placement = presso_codec::engine::AccelPlacement {
+        workers: settings.workers,
+        on_submitter: false,
+    };
     let accel = presso_codec::engine::default_accelerator(
-        settings.workers,
+        placement,
         SizeWindow {
             min: 1,
             max: MAX_RECORD_SIZE,
