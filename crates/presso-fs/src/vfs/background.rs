@@ -93,6 +93,49 @@ impl Vfs {
         });
     }
 
+    /// Makes room in full record buffers: stores the least recently touched records still
+    /// being written, a quarter of the limit's worth. Small random writes touch many records
+    /// and finish none, and a writer waiting for room would otherwise wait for the tick or the
+    /// durability sweep, which records touched again and again never meet (fio's 4K random
+    /// writes over 2 × 256 MiB ran at 25 MB/s). One writer at a time looks; the others wait for
+    /// the room it makes.
+    pub(super) fn make_room(&self) {
+        if !self.budget.is_full() {
+            return;
+        }
+        let Some(_making) = self.budget.making_room.try_lock() else {
+            return;
+        };
+        let nodes: Vec<Arc<FileNode>> = self.files.lock().values().cloned().collect();
+        let mut dirty = Vec::new();
+        for (n, node) in nodes.iter().enumerate() {
+            let st = node.state.lock();
+            for (&index, slot) in &st.overlay {
+                if let Slot::Dirty { touched, .. } = slot {
+                    dirty.push((*touched, n, index, st.recordsize as usize));
+                }
+            }
+        }
+        dirty.sort_unstable_by_key(|&(touched, ..)| touched);
+        let mut picked: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+        let mut bytes = 0;
+        for (_, n, index, recordsize) in dirty {
+            if bytes >= self.budget.limit / 4 {
+                break;
+            }
+            picked.entry(n).or_default().push(index);
+            bytes += recordsize;
+        }
+        for (n, indexes) in picked {
+            let node = &nodes[n];
+            let jobs = {
+                let mut st = node.state.lock();
+                self.take_records(node, &mut st, indexes)
+            };
+            self.submit(node, jobs);
+        }
+    }
+
     /// Compresses partial records nobody has touched for `flush_after`, and refreshes the
     /// free-space check.
     pub(super) fn tick(self: &Arc<Self>) {

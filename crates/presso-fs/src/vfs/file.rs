@@ -138,6 +138,9 @@ pub(super) struct Budget {
     /// The last failure to store a record, while no record was stored since: records that
     /// cannot be stored keep their buffers, so room may never come.
     pub(super) failing: Mutex<Option<Arc<FsError>>>,
+    /// Held by the one writer looking for records to store when the buffers are full
+    /// (`Vfs::make_room`).
+    pub(super) making_room: Mutex<()>,
 }
 
 impl Budget {
@@ -151,6 +154,11 @@ impl Budget {
         if *bytes < self.limit {
             self.room.notify_all();
         }
+    }
+
+    /// Whether the buffers are at or over the limit.
+    pub(super) fn is_full(&self) -> bool {
+        *self.bytes.lock() >= self.limit
     }
 
     /// Waits until the buffers are under the limit. While they are full and storing records

@@ -193,6 +193,7 @@ impl Vfs {
                 room: Condvar::new(),
                 limit: config.dirty_limit,
                 failing: Mutex::new(None),
+                making_room: Mutex::new(()),
             }),
             pool: pool.clone(),
             files: Mutex::new(HashMap::new()),

@@ -39,6 +39,7 @@ impl Vfs {
             .checked_add(data.len() as u64)
             .filter(|&e| e <= i64::MAX as u64)
             .ok_or(FsError::FileTooLarge)?;
+        self.make_room();
         self.budget.wait_for_room().map_err(FsError::Shared)?;
         let node = self.node(ino)?;
         let (jobs, written) = {
