@@ -300,9 +300,7 @@ def main(argv):
                                             for argv, out in cmds]
         meta["fio_commands"] = {
             ph: " ".join(workloads.fio_args(cfg, "DIR", rw, bs, cfg["fio_size"]))
-            for ph, rw, bs in [("SeqW 128K", "write", "128k"), ("SeqR 128K", "read", "128k"),
-                               ("RandW 128K", "randwrite", "128k"), ("RandR 128K", "randread", "128k"),
-                               ("SeqR:SeqW 1:1 BS", "rw", "BS")]}
+            for ph, rw, bs in workloads.FIO_PATTERNS + [("SeqR:SeqW 1:1 BS", "rw", "BS")]}
         zfs_left = [t for t in chosen if t.fs == "zfs-fuse"]
         # Repetitions are outermost: each round sets every target up afresh and runs one
         # repetition of every workload on it, so drift on a shared machine hits all targets alike

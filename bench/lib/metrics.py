@@ -146,6 +146,8 @@ COMPARE_METRICS = [
     ("SeqR 128K MB/s", "fio", "SeqR 128K", "mbps"),
     ("RandW 128K MB/s", "fio", "RandW 128K", "mbps"),
     ("RandR 128K MB/s", "fio", "RandR 128K", "mbps"),
+    ("SeqW 4K MB/s", "fio", "SeqW 4K", "mbps"),
+    ("RandW 4K MB/s", "fio", "RandW 4K", "mbps"),
     ("fio ratio", "fio", "SeqW 128K", "ratio"),
     ("fio CPU s/GB", "fio", "SeqW 128K", "cpu_s_per_gb"),
     ("files write MB/s", "files", "all write", "mbps"),

@@ -185,12 +185,12 @@ def write_plots(out, summary, meta):
     fams = [fam.get(n, "?") for n in names]
     made = []
     wls = set(s["workload"] for s in summary)
-    pats = [("fio", p) for p, _ in workloads.FIO_PATTERNS]
+    pats = [("fio", p) for p, _, _ in workloads.FIO_PATTERNS]
     if "fio" in wls:
         plot_grid(plt, os.path.join(out, "fio_throughput.png"), idx, names, fams, pats, "mbps", "MB/s",
-                  "FIO throughput, 128K (higher is better)")
+                  "FIO throughput (higher is better)")
         plot_grid(plt, os.path.join(out, "fio_cpu_s_per_gb.png"), idx, names, fams, pats, "cpu_s_per_gb",
-                  "CPU seconds per GB", "FIO CPU cost per byte, 128K (lower is better)")
+                  "CPU seconds per GB", "FIO CPU cost per byte (lower is better)")
         sweep = meta["cfg"]["fio_sweep"]
         plot_sweep(plt, os.path.join(out, "fio_sweep.png"), idx, names, fams, sweep)
         made += ["fio_throughput.png", "fio_cpu_s_per_gb.png", "fio_sweep.png"]
@@ -342,7 +342,7 @@ def report_md(summary, meta, plots):
 
     wls = meta.get("workloads", [])
     if "fio" in wls:
-        pats = [p for p, _ in workloads.FIO_PATTERNS]
+        pats = [p for p, _, _ in workloads.FIO_PATTERNS]
         L.append("")
         L.append("## FIO (Figure 7)")
         L.append("")

@@ -16,7 +16,8 @@ def rows():
     for name, fs, mbps, ratio in (("ext4", "ext4", 100, 1.0), ("zfs-gzip-6", "zfs-fuse", 20, 3.4),
                                   ("btrfs-zstd:3", "btrfs", 80, 3.2), ("presso-gzip-6", "presso", None, None)):
         t = FakeTarget(name, fs)
-        for ph in ("SeqW 128K", "SeqR 128K", "RandW 128K", "RandR 128K", "SeqR:SeqW 1:1 4K", "SeqR:SeqW 1:1 1M"):
+        for ph in ("SeqW 128K", "SeqR 128K", "RandW 128K", "RandR 128K", "SeqW 4K", "RandW 4K",
+                   "SeqR:SeqW 1:1 4K", "SeqR:SeqW 1:1 1M"):
             if mbps is None:
                 out.append(metrics.make_row(t, "fio", ph, 1, status="failed", error="setup: no presso binary"))
             else:
@@ -63,10 +64,11 @@ class ReportTest(unittest.TestCase):
         self.assertIn("## The issue's targets (reported, not asserted)", md)
         self.assertIn("| presso-gzip-6 vs zfs-gzip-6: FIO SeqW throughput ≥ 5x at ≥ 0.95x its ratio | not measured |", md)
         # 0.8 CPU s for 20 MB: 40 CPU s/GB; 20 MB × (1 − 1/3.4) saved in 0.8 CPU s: 17.6 MB/CPU s.
-        self.assertIn("| zfs-gzip-6 | 20.0 | 20.0 | 20.0 | 20.0 | 3.40 | 40.00 | 17.6 | 40.00 | 40% | 8.50 |", md)
+        self.assertIn("| zfs-gzip-6 | 20.0 | 20.0 | 20.0 | 20.0 | 20.0 | 20.0 | 3.40 | 40.00 | 17.6 | 40.00 | 40% "
+                      "| 8.50 |", md)
         self.assertIn("rank by these. ratio÷CPU is the QZFS paper's cost-efficiency figure", md)
         self.assertIn("| presso-gzip-6 | failed | failed | failed | failed |", md)
-        self.assertIn("- presso-gzip-6, fio (6 phase(s)): failed: setup: no presso binary", md)
+        self.assertIn("- presso-gzip-6, fio (8 phase(s)): failed: setup: no presso binary", md)
         self.assertIn("## Presso against each anchor", md)
         self.assertIn("`mkfs.ext4 LOOP`", md)
 

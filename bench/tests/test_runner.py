@@ -48,7 +48,8 @@ class CliTest(unittest.TestCase):
             targets = [l.split()[1] for l in r.stdout.splitlines() if l.startswith("target ")]
             self.assertEqual(targets, ["ext4", "zfs-gzip-1", "zfs-gzip-6", "presso-off", "presso-lz4",
                                        "presso-gzip-6", "presso-gzip-6-isal", "presso-zstd-3", "presso-auto"])
-            self.assertIn("workload fio: SeqW 128K, SeqR 128K, RandW 128K, RandR 128K", r.stdout)
+            self.assertIn("workload fio: SeqW 128K, SeqR 128K, RandW 128K, RandR 128K, SeqW 4K, RandW 4K",
+                          r.stdout)
 
     def test_bad_arguments(self):
         for args in (["--workloads", "nope"], ["--presso-target", "x=y"]):

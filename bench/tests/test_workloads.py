@@ -114,8 +114,8 @@ class FioArgsTest(unittest.TestCase):
 
     def test_phases(self):
         self.assertEqual(workloads.fio_phases({"fio_sweep": ["4K", "1M"]}),
-                         ["SeqW 128K", "SeqR 128K", "RandW 128K", "RandR 128K",
-                          "SeqR:SeqW 1:1 4K", "SeqR:SeqW 1:1 1M"])
+                         ["SeqW 128K", "SeqR 128K", "RandW 128K", "RandR 128K", "SeqW 4K",
+                          "RandW 4K", "SeqR:SeqW 1:1 4K", "SeqR:SeqW 1:1 1M"])
 
 
 if __name__ == "__main__":
