@@ -168,7 +168,7 @@ pub trait Accelerator: Send + Sync {
     /// Accepts jobs without blocking on the device and returns, in order, those that did not
     /// fit (busy). Each accepted job's completion is called exactly once: later, from the
     /// device's completion context, or, for a backend that computes on the submitting thread
-    /// (ISA-L's [`on_submitter`](isal::IsalConfig::on_submitter)), before `submit` returns.
+    /// (ISA-L's `IsalConfig::on_submitter`), before `submit` returns.
     fn submit(&self, jobs: Vec<AccelJob>) -> Vec<AccelJob>;
     /// Re-initialises the device and proves it works; called after it was marked unavailable.
     fn reinit(&self) -> Result<(), AccelError>;
