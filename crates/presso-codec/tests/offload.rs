@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{isal_everything, random, text};
+use common::{engine_with, isal_everything, random, text};
 use presso_codec::accel::faulty::FaultyAccelerator;
 use presso_codec::accel::Accelerator;
 use presso_codec::{
@@ -20,16 +20,6 @@ fn gzip() -> CodecSpec {
 
 fn records(count: usize) -> Vec<Vec<u8>> {
     (0..count).map(|i| text(16 << 10, i as u64)).collect()
-}
-
-fn engine_with(accel: Arc<dyn Accelerator>, tweak: impl FnOnce(&mut EngineConfig)) -> Engine {
-    let mut config = EngineConfig {
-        workers: 2,
-        offload: Offload::On,
-        ..EngineConfig::default()
-    };
-    tweak(&mut config);
-    Engine::with_accelerator(config, Some(accel))
 }
 
 /// An engine of `workers` CPU threads and no accelerator.

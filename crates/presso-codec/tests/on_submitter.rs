@@ -7,25 +7,14 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{isal_on_submitter, text};
+use common::{engine_with, isal_on_submitter, text};
 use presso_codec::accel::faulty::FaultyAccelerator;
-use presso_codec::accel::Accelerator;
 use presso_codec::{
     BackendKind, CodecSpec, Encoded, Engine, EngineConfig, Offload, Record, Verdict,
 };
 
 fn gzip() -> CodecSpec {
     "gzip-6".parse().unwrap()
-}
-
-fn engine_with(accel: Arc<dyn Accelerator>, tweak: impl FnOnce(&mut EngineConfig)) -> Engine {
-    let mut config = EngineConfig {
-        workers: 2,
-        offload: Offload::On,
-        ..EngineConfig::default()
-    };
-    tweak(&mut config);
-    Engine::with_accelerator(config, Some(accel))
 }
 
 /// Submits `data` and returns the thread the frame was delivered on, if before `submit`

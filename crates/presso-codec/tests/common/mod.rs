@@ -57,6 +57,17 @@ pub fn random(len: usize, seed: u64) -> Vec<u8> {
     out
 }
 
+/// An engine of 2 CPU workers that must offload to `accel`, with `tweak` applied to its settings.
+pub fn engine_with(accel: Arc<dyn Accelerator>, tweak: impl FnOnce(&mut EngineConfig)) -> Engine {
+    let mut config = EngineConfig {
+        workers: 2,
+        offload: Offload::On,
+        ..EngineConfig::default()
+    };
+    tweak(&mut config);
+    Engine::with_accelerator(config, Some(accel))
+}
+
 /// One named way of running the engine.
 pub struct Backend {
     pub name: &'static str,
@@ -101,6 +112,12 @@ pub fn backends() -> Vec<Backend> {
         decode_deflate: deflate,
         ..EngineConfig::default()
     };
+    let offloading = || EngineConfig {
+        workers: 2,
+        offload: Offload::On,
+        decode_deflate: DeflateEngine::Isal,
+        ..EngineConfig::default()
+    };
     vec![
         Backend {
             name: "cpu-libdeflate",
@@ -112,27 +129,11 @@ pub fn backends() -> Vec<Backend> {
         },
         Backend {
             name: "isal-accelerator",
-            engine: Engine::with_accelerator(
-                EngineConfig {
-                    workers: 2,
-                    offload: Offload::On,
-                    decode_deflate: DeflateEngine::Isal,
-                    ..EngineConfig::default()
-                },
-                Some(isal_everything(2, 8)),
-            ),
+            engine: Engine::with_accelerator(offloading(), Some(isal_everything(2, 8))),
         },
         Backend {
             name: "isal-on-submitter",
-            engine: Engine::with_accelerator(
-                EngineConfig {
-                    workers: 2,
-                    offload: Offload::On,
-                    decode_deflate: DeflateEngine::Isal,
-                    ..EngineConfig::default()
-                },
-                Some(isal_on_submitter()),
-            ),
+            engine: Engine::with_accelerator(offloading(), Some(isal_on_submitter())),
         },
     ]
 }
