@@ -254,6 +254,9 @@ enum Engine {
     Objects,
     /// Both: the scale-out stack.
     PostgresAndObjects,
+    /// Memory and the simulated directory, with record buffers that hold two records: writers
+    /// find them full all the time and make room by storing records still being written.
+    MemoryTightBuffers,
 }
 
 /// Runs `ops` on a fresh pool; `Err` names the failing step and what differed.
@@ -263,6 +266,13 @@ fn run(config: &Config, engine: Engine, ops: &[Op]) -> Result<(), (usize, String
         Engine::Postgres => Fs::new_remote(config, true, false),
         Engine::Objects => Fs::new_remote(config, false, true),
         Engine::PostgresAndObjects => Fs::new_remote(config, true, true),
+        Engine::MemoryTightBuffers => Fs::new_with_vfs(
+            config,
+            presso_fs::vfs::VfsConfig {
+                dirty_limit: 2 * config.recordsize as usize,
+                ..sim::vfs_config()
+            },
+        ),
     };
     let mut model = Model::default();
     for (step, op) in ops.iter().enumerate() {
@@ -606,7 +616,7 @@ fn run_config_on(index: usize, engine: Engine, ops: usize) {
             .map(|(i, op)| format!("  {i:4}: {op:?}"))
             .collect();
         let ops_var = match engine {
-            Engine::Memory => "PRESSO_MODEL_OPS",
+            Engine::Memory | Engine::MemoryTightBuffers => "PRESSO_MODEL_OPS",
             _ => "PRESSO_MODEL_REMOTE_OPS",
         };
         panic!(
@@ -647,6 +657,13 @@ fn object_segments_lz4_4k() {
 
 /// The scale-out stack in process: metadata in PostgreSQL, segments in an object store, on a
 /// gzip configuration with large records.
+/// Record buffers of two records, on a configuration with small records and ISA-L: writes
+/// spread over several files keep making room by storing records still being written.
+#[test]
+fn tight_record_buffers_gzip_4k() {
+    run_config_on(6, Engine::MemoryTightBuffers, ops_per_config() / 4);
+}
+
 #[test]
 fn postgres_and_object_segments_gzip_1m() {
     run_config_on(11, Engine::PostgresAndObjects, remote_ops());

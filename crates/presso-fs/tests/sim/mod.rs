@@ -32,6 +32,8 @@ pub struct Fs {
     /// When set, the segments live in an object store instead of `dir`.
     pub objects: Option<ObjectsPlace>,
     pub vfs: Option<Arc<Vfs>>,
+    /// The file-layer settings of every [`Fs::mount`].
+    vfs_config: VfsConfig,
     /// Test id → inode.
     inos: HashMap<u64, u64>,
     /// Test id → open handle.
@@ -150,6 +152,15 @@ impl Fs {
         )
     }
 
+    /// Like [`Fs::new`], mounted (now and at every [`Fs::mount`]) with `vfs` as the file-layer
+    /// settings.
+    pub fn new_with_vfs(config: &Config, vfs: VfsConfig) -> Fs {
+        let mut fs = Fs::new(config);
+        fs.vfs_config = vfs;
+        fs.remount();
+        fs
+    }
+
     /// Like [`Fs::new`], over a given (for crash tests, simulated) metadata engine.
     pub fn new_with(config: &Config, meta: MemoryEngine) -> Fs {
         Fs::new_on(config, meta, None, None)
@@ -184,6 +195,7 @@ impl Fs {
             postgres,
             objects,
             vfs: None,
+            vfs_config: vfs_config(),
             inos: HashMap::new(),
             handles: HashMap::new(),
         };
@@ -193,7 +205,7 @@ impl Fs {
 
     /// Opens the pool (after a remount or a crash).
     pub fn mount(&mut self) -> Result<(), String> {
-        self.mount_with(vfs_config())
+        self.mount_with(self.vfs_config.clone())
     }
 
     /// [`Fs::mount`] with other file-layer settings.
