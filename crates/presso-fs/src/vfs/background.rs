@@ -118,9 +118,10 @@ impl Vfs {
         }
         dirty.sort_unstable_by_key(|&(touched, ..)| touched);
         let mut picked: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+        let goal = (self.budget.limit / 4).max(1);
         let mut bytes = 0;
         for (_, n, index, recordsize) in dirty {
-            if bytes >= self.budget.limit / 4 {
+            if bytes >= goal {
                 break;
             }
             picked.entry(n).or_default().push(index);
