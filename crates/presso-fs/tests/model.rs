@@ -655,8 +655,6 @@ fn object_segments_lz4_4k() {
     run_config_on(3, Engine::Objects, remote_ops());
 }
 
-/// The scale-out stack in process: metadata in PostgreSQL, segments in an object store, on a
-/// gzip configuration with large records.
 /// Record buffers of two records, on a configuration with small records and ISA-L: writes
 /// spread over several files keep making room by storing records still being written.
 #[test]
@@ -664,6 +662,8 @@ fn tight_record_buffers_gzip_4k() {
     run_config_on(6, Engine::MemoryTightBuffers, ops_per_config() / 4);
 }
 
+/// The scale-out stack in process: metadata in PostgreSQL, segments in an object store, on a
+/// gzip configuration with large records.
 #[test]
 fn postgres_and_object_segments_gzip_1m() {
     run_config_on(11, Engine::PostgresAndObjects, remote_ops());

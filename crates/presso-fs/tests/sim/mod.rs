@@ -149,21 +149,19 @@ impl Fs {
             MemoryEngine::new(),
             target,
             objects.then(ObjectsPlace::new),
+            vfs_config(),
         )
     }
 
     /// Like [`Fs::new`], mounted (now and at every [`Fs::mount`]) with `vfs` as the file-layer
     /// settings.
     pub fn new_with_vfs(config: &Config, vfs: VfsConfig) -> Fs {
-        let mut fs = Fs::new(config);
-        fs.vfs_config = vfs;
-        fs.remount();
-        fs
+        Fs::new_on(config, MemoryEngine::new(), None, None, vfs)
     }
 
     /// Like [`Fs::new`], over a given (for crash tests, simulated) metadata engine.
     pub fn new_with(config: &Config, meta: MemoryEngine) -> Fs {
-        Fs::new_on(config, meta, None, None)
+        Fs::new_on(config, meta, None, None, vfs_config())
     }
 
     fn new_on(
@@ -171,6 +169,7 @@ impl Fs {
         meta: MemoryEngine,
         postgres: Option<PostgresTarget>,
         objects: Option<ObjectsPlace>,
+        vfs: VfsConfig,
     ) -> Fs {
         let dir = SimDir::new();
         let props = [
@@ -195,7 +194,7 @@ impl Fs {
             postgres,
             objects,
             vfs: None,
-            vfs_config: vfs_config(),
+            vfs_config: vfs,
             inos: HashMap::new(),
             handles: HashMap::new(),
         };
