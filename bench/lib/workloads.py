@@ -71,9 +71,9 @@ def usage_fields(u):
 # --- FIO (the paper's Figure 7) ------------------------------------------------------------------
 # (phase, fio --rw, --bs): the paper's four 128K phases, then 4K writes (issue 15's targets name
 # SeqW and RandW at 4K too: small writes into 128K records are where a record store pays most).
+FIO_SMALL_WRITES = [("SeqW 4K", "write", "4k"), ("RandW 4K", "randwrite", "4k")]
 FIO_PATTERNS = [("SeqW 128K", "write", "128k"), ("SeqR 128K", "read", "128k"),
-                ("RandW 128K", "randwrite", "128k"), ("RandR 128K", "randread", "128k"),
-                ("SeqW 4K", "write", "4k"), ("RandW 4K", "randwrite", "4k")]
+                ("RandW 128K", "randwrite", "128k"), ("RandR 128K", "randread", "128k")] + FIO_SMALL_WRITES
 
 
 def fio_phases(cfg):
@@ -137,7 +137,7 @@ def run_fio(target, cfg, rep):
         ph, res = _fio(target, cfg, d, "randread", "128k", size)
         yield _fio_row(target, "RandR 128K", rep, ph, res, u)
         # Overwrites of the same files in 4 KiB writes, each phase capped by the runtime.
-        for phase, rw, bs in FIO_PATTERNS[4:]:
+        for phase, rw, bs in FIO_SMALL_WRITES:
             w = _fio(target, cfg, d, rw, bs, size)
             target.cold_cycle()
             u = usage_fields(target.usage_end(d, tok))
