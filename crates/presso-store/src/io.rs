@@ -496,9 +496,14 @@ impl LockWatch {
     }
 
     /// The process holding the lock, if it can be told: the one whose pid the lock file holds
-    /// (written by each holder, best effort), if it is alive and has the lock file open.
+    /// (written by each holder, best effort), if it is alive and has the lock file open; else
+    /// (the lock file deleted, say) the one the kernel names as holding the directory's lock.
     pub fn holder(&self) -> Option<HolderProcess> {
-        HolderProcess::find(read_pid(self.file.as_ref()?)?, &self.lock_file)
+        self.file
+            .as_ref()
+            .and_then(read_pid)
+            .and_then(|pid| HolderProcess::find(pid, &self.lock_file))
+            .or_else(|| HolderProcess::find_by_directory_lock(&self.directory))
     }
 
     fn locks(&self) -> impl Iterator<Item = &File> {

@@ -143,7 +143,7 @@ fn a_lock_watch_on_a_pool_never_opened_sees_no_holder_and_creates_nothing() {
 }
 
 /// The lock file deleted while the pool is open (by hand, say, as stale): a second open is
-/// still refused, and a watch still sees the holder and waits for it. With the lock on the
+/// still refused, and a watch still sees the holder, finds its process and waits for it. With the lock on the
 /// file alone, the second open made a new file and took its lock: two writers of one pool.
 #[test]
 fn a_deleted_lock_file_lets_no_second_open_in() {
@@ -157,8 +157,13 @@ fn a_deleted_lock_file_lets_no_second_open_in() {
     );
     let watch = LockWatch::open(tmp.path()).unwrap();
     assert!(watch.is_held().unwrap());
+    assert!(
+        watch.holder().is_some(),
+        "the holder was not found through the directory's lock"
+    );
     drop(store);
     assert!(!watch.is_held().unwrap());
+    assert!(watch.holder().is_none(), "a holder found after it let go");
     watch.wait_released().unwrap();
     let store = Store::open(tmp.dir(), config(1 << 20), &Committed::default()).unwrap();
     store.append(b"after the lock file came back").unwrap();
@@ -212,10 +217,24 @@ fn lock_held_by_another_process_is_released_by_kill() {
         }
     }
     let refused = Store::open(tmp.dir(), config(1 << 20), &Committed::default());
+    let holder = LockWatch::open(tmp.path()).unwrap().holder();
+    // Deleted, the lock file names the holder no more: the directory's lock still does.
+    std::fs::remove_file(tmp.path().join(LOCK_FILE)).unwrap();
+    let holder_without_file = LockWatch::open(tmp.path()).unwrap().holder();
     // SIGKILL: no destructor runs in the child; the kernel drops the lock with its descriptors.
     child.kill().unwrap();
     child.wait().unwrap();
     assert_in_use(refused.unwrap_err(), Some(child.id()));
+    for (found, how) in [
+        (holder, "its lock file"),
+        (holder_without_file, "the directory"),
+    ] {
+        let found = found.unwrap_or_else(|| panic!("the child was not found through {how}"));
+        assert!(
+            found.wait_ended(Duration::ZERO).unwrap(),
+            "{how}: not the child"
+        );
+    }
     let store = Store::open(tmp.dir(), config(1 << 20), &Committed::default()).unwrap();
     store.append(b"the child is gone").unwrap();
 }
