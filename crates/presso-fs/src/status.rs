@@ -135,8 +135,8 @@ pub struct Status {
     /// Writes are refused (ENOSPC) for lack of free space on the disk holding the pool.
     #[serde(default)]
     pub space_low: bool,
-    /// Writes refused since the mount (for space, or a record that cannot be read): their
-    /// writers had the error, and nothing of them is stored.
+    /// Writes refused since the mount (for space, or a record whose location cannot be looked
+    /// up): their writers had the error, and nothing of them is stored.
     #[serde(default)]
     pub refused_writes: u64,
     /// Their bytes.

@@ -10,16 +10,19 @@ use parking_lot::{Condvar, Mutex};
 use presso_codec::{CodecSpec, JobOptions};
 use presso_meta::{RecordRef, Timespec};
 
+use super::unread::UnreadBase;
 use crate::error::FsError;
 
 pub(super) enum Slot {
     /// Being assembled by writes; not yet submitted. `covered`: how many of the record's first
     /// bytes a queued or committed version holds with the same contents or older ones, which a
-    /// crash may show (see [`FileState::size_to_queue`]).
+    /// crash may show (see [`FileState::size_to_queue`]). `base`: the version written over,
+    /// while the bytes of `buf` it fills (zeros until then) are not read yet.
     Dirty {
         buf: Vec<u8>,
         touched: Instant,
         covered: u64,
+        base: Option<Box<UnreadBase>>,
     },
     /// Submitted to the engine.
     Compressing {

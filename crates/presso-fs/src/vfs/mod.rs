@@ -59,6 +59,7 @@ mod read;
 mod settings;
 mod submission;
 mod sweep;
+mod unread;
 mod unstored;
 mod write;
 

@@ -28,6 +28,7 @@ impl Vfs {
             let last = (end - 1) / rs;
             let mut pieces = Vec::with_capacity((last - first + 1) as usize);
             for index in first..=last {
+                self.read_base(ino, &mut st, index)?;
                 pieces.push(match st.overlay.get(&index) {
                     Some(Slot::Dirty { buf, .. }) => Piece::Bytes(Bytes::copy_from_slice(buf)),
                     Some(Slot::Compressing { data, .. }) => Piece::Bytes(data.clone()),

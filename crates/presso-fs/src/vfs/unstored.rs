@@ -92,9 +92,9 @@ impl Vfs {
             .fetch_add(bytes, Ordering::Relaxed);
     }
 
-    /// Writes refused since the mount (for space, or a record that cannot be read), and their
-    /// bytes: their writers had the error, at the write or at fsync and close, and nothing of
-    /// them is stored.
+    /// Writes refused since the mount (for space, or a record whose location cannot be looked
+    /// up), and their bytes: their writers had the error, at the write or at fsync and close,
+    /// and nothing of them is stored.
     pub fn refused_writes(&self) -> (u64, u64) {
         (
             self.traffic.refused.load(Ordering::Relaxed),

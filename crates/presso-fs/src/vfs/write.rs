@@ -1,15 +1,16 @@
 //! The write path: record assembly in the overlay, submission to the engine, completions,
 //! truncate, fallocate and copy_file_range.
 
+use super::unread::UnreadBase;
 use super::*;
 
 impl Vfs {
     // ---- write path
 
     /// Writes `data` at `offset`. Returns once the bytes are in the file's record buffers;
-    /// compression and storage happen in the background. A record that cannot be read for a
-    /// partial overwrite (EIO) ends the write there: a short write if bytes before it were
-    /// written, else the error.
+    /// compression and storage happen in the background. A record whose location cannot be
+    /// looked up (a metadata read error) ends the write there: a short write if bytes before it
+    /// were written, else the error.
     pub fn write(&self, ino: u64, offset: u64, data: &[u8]) -> Result<usize> {
         let (written, submission) = self.write_deferred(ino, offset, data)?;
         submission.submit();
@@ -58,8 +59,7 @@ impl Vfs {
                 let index = pos / rs;
                 let within = (pos % rs) as usize;
                 let n = src.len().min(rs as usize - within);
-                let whole = within == 0 && n == rs as usize;
-                let buf = match self.dirty_buffer(&node, &mut st, index, whole) {
+                let buf = match self.dirty_buffer(&node, &mut st, index, within..within + n) {
                     Ok(buf) => buf,
                     // The records taken for compression above must still be submitted, or
                     // their slots stay Compressing and every fsync waits for them.
@@ -75,7 +75,13 @@ impl Vfs {
                     }
                     buf[within..within + n].copy_from_slice(&src[..n]);
                 }
-                if within + n == rs as usize {
+                // Filled to its end: most likely written in order and done with. Not while
+                // bytes before the write are still unread (that read waits for a flush).
+                let unread = matches!(
+                    st.overlay.get(&index),
+                    Some(Slot::Dirty { base: Some(_), .. })
+                );
+                if within + n == rs as usize && !unread {
                     jobs.extend(self.take_records(&node, &mut st, vec![index]));
                 }
                 pos += n as u64;
@@ -95,13 +101,13 @@ impl Vfs {
         Ok((written, Submission::new(self, node, jobs)))
     }
 
-    /// After a write from the kernel's page cache that [`Vfs::write`] refused (no room, a
-    /// record that cannot be read): with the writeback cache the kernel keeps a file's size
-    /// itself, has grown it past the refused bytes already, and takes no smaller size from
-    /// this layer while it caches the file. So the file grows to `end` here too, zeros where the
-    /// refused bytes were (nothing of them is stored), and reads the same while mounted, once
-    /// the kernel has dropped the refused pages, as after a remount. The writer has had its
-    /// error (at fsync or close).
+    /// After a write from the kernel's page cache that [`Vfs::write`] refused (no room, a record
+    /// whose location cannot be looked up): with the writeback cache the kernel keeps a file's size
+    /// itself, has grown it past the refused bytes already, and takes no smaller size from this
+    /// layer while it caches the file. So the file grows to `end` here too, zeros where the refused
+    /// bytes were (nothing of them is stored), and reads the same while mounted, once the kernel
+    /// has dropped the refused pages, as after a remount. The writer has had its error (at fsync or
+    /// close).
     pub fn grow_for_refused_write(&self, ino: u64, end: u64) -> Result<()> {
         let node = self.node(ino)?;
         let mut st = node.state.lock();
@@ -112,16 +118,18 @@ impl Vfs {
         self.resize(&node, &mut st, end)
     }
 
-    /// The Dirty buffer of record `index`, created from its current contents (unless the caller
-    /// overwrites it whole).
+    /// The Dirty buffer of record `index`, into which the caller writes `range` next: created
+    /// from the record's current contents, or (when those must be read from the pool) as zeros
+    /// that remember the version they stand for (see [`UnreadBase`]), the write noted in it.
     pub(super) fn dirty_buffer<'a>(
         &self,
         node: &FileNode,
         st: &'a mut FileState,
         index: u64,
-        whole: bool,
+        range: std::ops::Range<usize>,
     ) -> Result<&'a mut Vec<u8>> {
         let rs = st.recordsize;
+        let whole = range.start == 0 && range.end == rs as usize;
         if !st.recordsize_fixed {
             // From its first write on, the file's records keep this size whatever the inherited
             // property becomes. Queued before any record of the file, so it commits with its
@@ -146,32 +154,28 @@ impl Vfs {
                 Some(Slot::Stored { rec, .. }) => rec.as_ref().map_or(0, |r| r.logical_len.into()),
                 _ => 0,
             };
-            let (buf, covered) = if whole || in_file == 0 {
-                (Vec::with_capacity(rs as usize), covered)
+            let (mut buf, covered, older) = if whole || in_file == 0 {
+                (Vec::with_capacity(rs as usize), covered, None)
             } else {
-                let (mut current, covered) = match st.overlay.get(&index) {
-                    Some(Slot::Compressing { data, .. }) => (data.to_vec(), covered),
+                match st.overlay.get(&index) {
+                    Some(Slot::Compressing { data, .. }) => (data.to_vec(), covered, None),
                     Some(Slot::Stored { rec: Some(rec), .. }) => {
-                        (self.load(node.ino, index, rec)?.to_vec(), covered)
+                        (Vec::new(), covered, Some(rec.clone()))
                     }
-                    Some(Slot::Stored { rec: None, .. }) => (Vec::new(), 0),
+                    Some(Slot::Stored { rec: None, .. }) => (Vec::new(), 0, None),
                     Some(Slot::Dirty { .. }) => unreachable!("checked above"),
-                    None if st.is_cleared(index) => (Vec::new(), 0),
+                    None if st.is_cleared(index) => (Vec::new(), 0, None),
                     None => match self.pool.record(node.ino, index)? {
-                        Some(rec) => {
-                            let data = self.load(node.ino, index, &rec)?.to_vec();
-                            let len = data.len() as u64;
-                            (data, len)
-                        }
-                        None => (Vec::new(), 0),
+                        Some(rec) => (Vec::new(), rec.logical_len.into(), Some(rec)),
+                        None => (Vec::new(), 0, None),
                     },
-                };
-                current.reserve(rs as usize - current.len().min(rs as usize));
-                (current, covered)
+                }
             };
-            let mut buf = buf;
-            if buf.len() < in_file && !whole {
-                buf.resize(in_file, 0);
+            if !whole {
+                buf.reserve(rs as usize - buf.len().min(rs as usize));
+                if buf.len() < in_file {
+                    buf.resize(in_file, 0);
+                }
             }
             self.budget.take(rs as usize);
             st.overlay.insert(
@@ -180,16 +184,37 @@ impl Vfs {
                     buf,
                     touched: Instant::now(),
                     covered,
+                    base: older.map(|rec| Box::new(UnreadBase::new(rec, in_file))),
                 },
             );
         }
         match st.overlay.get_mut(&index) {
-            Some(Slot::Dirty { buf, touched, .. }) => {
+            Some(Slot::Dirty {
+                buf, touched, base, ..
+            }) => {
                 *touched = Instant::now();
+                if base.as_mut().is_some_and(|b| b.note_written(range)) {
+                    *base = None;
+                }
                 Ok(buf)
             }
             _ => unreachable!("inserted above"),
         }
+    }
+
+    /// Reads the version Dirty record `index` was written over, if it has not been read yet,
+    /// into the bytes of its buffer no write covered.
+    pub(super) fn read_base(&self, ino: u64, st: &mut FileState, index: u64) -> Result<()> {
+        let Some(Slot::Dirty { buf, base, .. }) = st.overlay.get_mut(&index) else {
+            return Ok(());
+        };
+        let Some(unread) = base else {
+            return Ok(());
+        };
+        let older = self.load(ino, index, &unread.rec)?;
+        unread.fill(buf, &older);
+        *base = None;
+        Ok(())
     }
 
     /// Turns the Dirty slots selected by `pick` into Compressing ones and returns the jobs to
@@ -227,6 +252,17 @@ impl Vfs {
         };
         let mut jobs = Vec::with_capacity(picked.len());
         for index in picked {
+            if let Err(e) = self.read_base(node.ino, st, index) {
+                // As a record that could not be stored: kept (with the bytes written), named
+                // as unstored, retried at the next flush, the error reported once to the next
+                // write, close or fsync of the file.
+                st.unstored.insert(index);
+                st.store_error = Some(format!(
+                    "the rest of a record written in part could not be read: {e}"
+                ));
+                st.error = Some(Arc::new(e));
+                continue;
+            }
             let Some(slot) = st.overlay.get_mut(&index) else {
                 continue;
             };
@@ -287,7 +323,7 @@ impl Vfs {
         st.mtime = Timespec::now();
         st.size_dirty = true;
         // Queued after the ClearRecord ops: when it commits, so have they. Queued even when the
-        // new last record could not be read, so the watermark always ends.
+        // new last record could not be looked up, so the watermark always ends.
         self.queue_size_tagged(node, st, clearing);
         self.pool.unsynced().note();
         cut
@@ -337,9 +373,13 @@ impl Vfs {
         if !size.is_multiple_of(rs) {
             let index = size / rs;
             let keep = size - index * rs;
-            cut = self.dirty_buffer(node, st, index, false).map(|buf| {
+            cut = self.dirty_buffer(node, st, index, 0..0).map(drop);
+            if let Some(Slot::Dirty { buf, base, .. }) = st.overlay.get_mut(&index) {
                 buf.truncate(keep as usize);
-            });
+                if base.as_mut().is_some_and(|b| b.cut(keep as usize)) {
+                    *base = None;
+                }
+            }
             // The bytes cut are no longer covered: a queued version may still hold them.
             if let Some(Slot::Dirty { covered, .. }) = st.overlay.get_mut(&index) {
                 *covered = (*covered).min(keep);
@@ -380,6 +420,7 @@ impl Vfs {
     /// Stores record `index` of `node` at once if it is Dirty (uncompressed, on this thread: no
     /// engine round trip with the node locked) and queues its op.
     fn store_now(&self, node: &FileNode, st: &mut FileState, index: u64) -> Result<()> {
+        self.read_base(node.ino, st, index)?;
         let Some(Slot::Dirty { buf, .. }) = st.overlay.get(&index) else {
             return Ok(());
         };
@@ -421,7 +462,7 @@ impl Vfs {
             let mut pos = offset;
             while pos < end.min(size) {
                 let n = (end.min(size) - pos).min(chunk.len() as u64) as usize;
-                // A short write (a record that cannot be read) fails at the next call.
+                // A short write (a record that cannot be looked up) fails at the next call.
                 pos += self.write(ino, pos, &chunk[..n])? as u64;
             }
         }
@@ -496,6 +537,7 @@ fn completed(
                     buf: data.to_vec(),
                     touched: Instant::now(),
                     covered: 0,
+                    base: None,
                 },
             );
             st.unstored.insert(index);

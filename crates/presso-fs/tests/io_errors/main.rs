@@ -232,11 +232,29 @@ fn a_failed_read_of_a_committed_record_fails_that_record_only() {
         Err(e) => assert_eq!(e.errno(), libc::EIO, "{e}"),
         Ok(_) => panic!("read of the failing record succeeded"),
     }
-    // A partial write into it needs its bytes: it fails too, and changes nothing.
-    match vfs.write(ino, 2 * rs + 10, b"partial") {
+    // A partial write into it is taken (its other bytes are read when the record is next
+    // read or stored); reading the record still fails, and storing it fails the fsync,
+    // which names the file as holding bytes not stored.
+    let partial = b"partial";
+    assert_eq!(vfs.write(ino, 2 * rs + 10, partial).unwrap(), partial.len());
+    match vfs.read(ino, 2 * rs, 100) {
         Err(e) => assert_eq!(e.errno(), libc::EIO, "{e}"),
-        Ok(_) => panic!("a read-modify-write of the failing record succeeded"),
+        Ok(_) => panic!("read of the written-over failing record succeeded"),
     }
+    let syncing = vfs.clone();
+    expect_eio(
+        within(&mut fs, "fsync", move |_| syncing.fsync(ino)),
+        "fsync of a record whose other bytes cannot be read",
+    );
+    let unstored = vfs.unstored();
+    assert_eq!(
+        unstored.files.iter().map(|f| f.ino).collect::<Vec<_>>(),
+        [ino],
+        "{unstored:?}"
+    );
+    assert!(unstored
+        .error
+        .is_some_and(|e| e.contains("could not be read")));
     for index in [0, 1, 3] {
         let got = vfs.read(ino, index * rs, rs as u32).unwrap();
         assert!(
@@ -251,7 +269,15 @@ fn a_failed_read_of_a_committed_record_fails_that_record_only() {
     assert_eq!(corruptions.load(std::sync::atomic::Ordering::Relaxed), 0);
 
     fs.dir.clear_faults();
-    check_file(&mut fs, 1, &one, "once reads work");
+    let mut expected = one.clone();
+    let at = (2 * rs + 10) as usize;
+    expected[at..at + partial.len()].copy_from_slice(partial);
+    check_file(&mut fs, 1, &expected, "once reads work");
+    within(&mut fs, "fsync", move |vfs| vfs.fsync(ino)).expect("fsync once reads work");
+    assert!(vfs.unstored().is_empty());
+    drop(vfs);
+    power_cut(&mut fs);
+    check_file(&mut fs, 1, &expected, "after a power cut");
     fs.scrub().unwrap();
 }
 
@@ -471,8 +497,9 @@ fn writers_get_the_error_instead_of_waiting_when_nothing_can_be_stored() {
 }
 
 /// A write over two records whose second needs its old bytes (a partial overwrite) and cannot
-/// read them: the first record, already taken for compression, must still be stored, or every
-/// later fsync and the unmount wait for it forever.
+/// read them: the write is taken whole, the fsync fails (and, like every later call, returns:
+/// a record taken for compression while another failed once left every later fsync and the
+/// unmount waiting for it forever), and once reads work again the next fsync stores both.
 #[test]
 fn a_write_failing_midway_on_a_read_leaves_nothing_waiting() {
     let rs = CONFIG.recordsize;
@@ -490,23 +517,16 @@ fn a_write_failing_midway_on_a_read_leaves_nothing_waiting() {
     let new = pattern(18, rs + 10);
     let written = new.clone();
     let result = within(&mut fs, "write", move |vfs| vfs.write(ino, 0, &written));
-    // Either a short write (what a disk error mid-write gives) or an error; nothing waits.
-    let done = match result {
-        Ok(n) => n as u64,
-        Err(e) => {
-            assert_eq!(e.errno(), libc::EIO, "{e}");
-            0
-        }
-    };
-    assert!(
-        done <= rs,
-        "wrote {done} bytes, past the record it could not read"
+    assert_eq!(result.unwrap(), new.len());
+    expect_eio(
+        within(&mut fs, "fsync", move |vfs| vfs.fsync(ino)),
+        "fsync of a record whose other bytes cannot be read",
     );
-    within(&mut fs, "fsync", move |vfs| vfs.fsync(ino)).expect("fsync");
     fs.dir.clear_faults();
+    within(&mut fs, "fsync", move |vfs| vfs.fsync(ino)).expect("fsync once reads work");
     let mut expected = old.clone();
-    expected[..done as usize].copy_from_slice(&new[..done as usize]);
-    check_file(&mut fs, 1, &expected, "after the failed write");
+    expected[..new.len()].copy_from_slice(&new);
+    check_file(&mut fs, 1, &expected, "after the fsync");
     power_cut(&mut fs);
     check_file(&mut fs, 1, &expected, "after a power cut");
     fs.scrub().unwrap();
