@@ -32,19 +32,11 @@ impl HolderProcess {
     /// The process that holds the `flock` on `directory` (the pool directory's lock, which
     /// stays when the lock file is deleted by hand), as `/proc/locks` names it.
     pub(crate) fn find_by_directory_lock(directory: &std::fs::File) -> Option<HolderProcess> {
-        use std::os::unix::fs::MetadataExt;
-        let meta = directory.metadata().ok()?;
-        let file = LockedFile {
-            major: libc::major(meta.dev()),
-            minor: libc::minor(meta.dev()),
-            ino: meta.ino(),
-        };
-        let pid = flock_holder(&std::fs::read_to_string(PROC_LOCKS).ok()?, &file)?;
+        let pid = directory_lock_holder(directory)?;
         let holder = HolderProcess::open(pid)?;
-        // Read again after the open: the pid still holding the lock is the process the pidfd
+        // Asked again after the open: the pid still holding the lock is the process the pidfd
         // names, not a later one that got its number.
-        let again = flock_holder(&std::fs::read_to_string(PROC_LOCKS).ok()?, &file)?;
-        (again == pid).then_some(holder)
+        (directory_lock_holder(directory)? == pid).then_some(holder)
     }
 
     fn open(pid: u32) -> Option<HolderProcess> {
@@ -83,6 +75,19 @@ impl HolderProcess {
             }
         }
     }
+}
+
+/// The pid holding the `flock` on `directory` (a pool directory's lock), as `/proc/locks`
+/// names it now.
+pub(crate) fn directory_lock_holder(directory: &std::fs::File) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = directory.metadata().ok()?;
+    let file = LockedFile {
+        major: libc::major(meta.dev()),
+        minor: libc::minor(meta.dev()),
+        ino: meta.ino(),
+    };
+    flock_holder(&std::fs::read_to_string(PROC_LOCKS).ok()?, &file)
 }
 
 /// The kernel's table of file locks.

@@ -429,8 +429,11 @@ fn lock_directory(path: &Path) -> Result<Option<File>, LockError> {
         match flock(&directory, libc::LOCK_EX | libc::LOCK_NB) {
             Ok(()) => return Ok(Some(directory)),
             Err(err) if err.raw_os_error() == Some(libc::EWOULDBLOCK) => {
-                if waiting_since.elapsed() >= OWN_LOCK_WAIT {
-                    return Err(LockError::Held { pid: None });
+                // Only a child of ours is waited for (as for the lock file's lock above).
+                let pid = crate::holder::directory_lock_holder(&directory);
+                let other = pid.is_some_and(|pid| pid != std::process::id());
+                if other || waiting_since.elapsed() >= OWN_LOCK_WAIT {
+                    return Err(LockError::Held { pid });
                 }
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }

@@ -151,9 +151,10 @@ fn a_deleted_lock_file_lets_no_second_open_in() {
     let tmp = TempDir::new("lockdeleted");
     let store = Store::create(tmp.dir(), Default::default(), config(1 << 20)).unwrap();
     std::fs::remove_file(tmp.path().join(LOCK_FILE)).unwrap();
+    // The refusal names the holder all the same, found through the directory's lock.
     assert_in_use(
         Store::open(tmp.dir(), config(1 << 20), &Committed::default()).unwrap_err(),
-        None,
+        Some(std::process::id()),
     );
     let watch = LockWatch::open(tmp.path()).unwrap();
     assert!(watch.is_held().unwrap());
