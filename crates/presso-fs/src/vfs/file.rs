@@ -93,6 +93,17 @@ impl FileState {
 pub(super) const CLEARING: u64 = u64::MAX;
 
 impl FileState {
+    /// Record `index`, Dirty, could not be stored (`why`, `error`): it stays Dirty, is named as
+    /// unstored and retried at every flush, and the error goes once to the next write, close or
+    /// fsync of the file. Returns that error.
+    pub(super) fn store_failed(&mut self, index: u64, why: String, error: FsError) -> Arc<FsError> {
+        self.unstored.insert(index);
+        self.store_error = Some(why);
+        let error = Arc::new(error);
+        self.error = Some(error.clone());
+        error
+    }
+
     /// Whether record `index` was cleared by a truncate whose ops have not committed yet (the
     /// metadata may still hold its old reference; it must not be read).
     pub(super) fn is_cleared(&self, index: u64) -> bool {

@@ -77,11 +77,12 @@ impl Vfs {
                 }
                 // Filled to its end: most likely written in order and done with. Not while
                 // bytes before the write are still unread (that read waits for a flush).
-                let unread = matches!(
-                    st.overlay.get(&index),
-                    Some(Slot::Dirty { base: Some(_), .. })
-                );
-                if within + n == rs as usize && !unread {
+                if within + n == rs as usize
+                    && !matches!(
+                        st.overlay.get(&index),
+                        Some(Slot::Dirty { base: Some(_), .. })
+                    )
+                {
                     jobs.extend(self.take_records(&node, &mut st, vec![index]));
                 }
                 pos += n as u64;
@@ -253,14 +254,8 @@ impl Vfs {
         let mut jobs = Vec::with_capacity(picked.len());
         for index in picked {
             if let Err(e) = self.read_base(node.ino, st, index) {
-                // As a record that could not be stored: kept (with the bytes written), named
-                // as unstored, retried at the next flush, the error reported once to the next
-                // write, close or fsync of the file.
-                st.unstored.insert(index);
-                st.store_error = Some(format!(
-                    "the rest of a record written in part could not be read: {e}"
-                ));
-                st.error = Some(Arc::new(e));
+                let why = format!("the rest of a record written in part could not be read: {e}");
+                st.store_failed(index, why, e);
                 continue;
             }
             let Some(slot) = st.overlay.get_mut(&index) else {
@@ -374,14 +369,15 @@ impl Vfs {
             let index = size / rs;
             let keep = size - index * rs;
             cut = self.dirty_buffer(node, st, index, 0..0).map(drop);
-            if let Some(Slot::Dirty { buf, base, .. }) = st.overlay.get_mut(&index) {
+            if let Some(Slot::Dirty {
+                buf, base, covered, ..
+            }) = st.overlay.get_mut(&index)
+            {
                 buf.truncate(keep as usize);
                 if base.as_mut().is_some_and(|b| b.cut(keep as usize)) {
                     *base = None;
                 }
-            }
-            // The bytes cut are no longer covered: a queued version may still hold them.
-            if let Some(Slot::Dirty { covered, .. }) = st.overlay.get_mut(&index) {
+                // The bytes cut are no longer covered: a queued version may still hold them.
                 *covered = (*covered).min(keep);
             }
         }
@@ -540,11 +536,7 @@ fn completed(
                     base: None,
                 },
             );
-            st.unstored.insert(index);
-            st.store_error = Some(e.to_string());
-            let e = Arc::new(e);
-            st.error = Some(e.clone());
-            failed = Some(e);
+            failed = Some(st.store_failed(index, e.to_string(), e));
         }
     }
     drop(st);
