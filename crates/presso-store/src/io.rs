@@ -425,12 +425,15 @@ fn lock_directory(path: &Path) -> Result<Option<File>, LockError> {
     // We hold the lock file's lock already: whoever holds the directory's is a process whose
     // lock file was deleted, or a child of ours between fork and exec, which lets go at once.
     let waiting_since = std::time::Instant::now();
+    let mut holder = None;
     loop {
         match flock(&directory, libc::LOCK_EX | libc::LOCK_NB) {
             Ok(()) => return Ok(Some(directory)),
             Err(err) if err.raw_os_error() == Some(libc::EWOULDBLOCK) => {
-                // Only a child of ours is waited for (as for the lock file's lock above).
-                let pid = crate::holder::directory_lock_holder(&directory);
+                // Only a child of ours is waited for (as for the lock file's lock above). The
+                // kernel's lock table is read once: a forked child holds the lock as ours.
+                let pid =
+                    *holder.get_or_insert_with(|| crate::holder::directory_lock_holder(&directory));
                 let other = pid.is_some_and(|pid| pid != std::process::id());
                 if other || waiting_since.elapsed() >= OWN_LOCK_WAIT {
                     return Err(LockError::Held { pid });
