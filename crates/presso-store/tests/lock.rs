@@ -143,8 +143,9 @@ fn a_lock_watch_on_a_pool_never_opened_sees_no_holder_and_creates_nothing() {
 }
 
 /// The lock file deleted while the pool is open (by hand, say, as stale): a second open is
-/// still refused, and a watch still sees the holder, finds its process and waits for it. With the lock on the
-/// file alone, the second open made a new file and took its lock: two writers of one pool.
+/// still refused, and a watch still sees the holder, finds its process and waits for it. With
+/// the lock on the file alone, the second open made a new file and took its lock: two writers
+/// of one pool.
 #[test]
 fn a_deleted_lock_file_lets_no_second_open_in() {
     let _serial = REAL_LOCKS.lock().unwrap_or_else(|e| e.into_inner());
